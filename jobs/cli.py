@@ -1,0 +1,162 @@
+"""The `isrflow` command line (SPEC §4)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_USAGE = 2
+EXIT_FAIL = 1
+
+
+def _fail(msg: str, code: int = EXIT_FAIL):
+    print(f"isrflow: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def load_config(args) -> "EngineConfig":
+    from protocol.config import ConfigError, EngineConfig
+    from conf import load_defaults, parse_config_file
+    overrides = dict(load_defaults())
+    try:
+        if getattr(args, "config", None):
+            overrides.update(parse_config_file(args.config))
+        for kv in getattr(args, "set", None) or []:
+            if "=" not in kv:
+                _fail(f"--set {kv!r}: expected KEY=VALUE", EXIT_USAGE)
+            k, v = kv.split("=", 1)
+            overrides[k.strip()] = v.strip()
+        return EngineConfig(overrides)
+    except (ConfigError, OSError) as e:
+        _fail(f"configuration: {e}", EXIT_USAGE)
+
+
+def _add_engine_args(p):
+    p.add_argument("stream", help="stream directory (JSON-lines or Parquet files, name order = stream order)")
+    p.add_argument("--tables", required=True, help="directory of the output Delta tables")
+    p.add_argument("--config", help="config file (key=value properties or JSON)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (Kafka names)")
+
+
+def cmd_replay(args) -> int:
+    from jobs.delta_sink import SinkError
+    from jobs.streamio import StreamError, list_stream_files
+    config = load_config(args)
+    try:
+        files = list_stream_files(args.stream)
+    except StreamError as e:
+        _fail(str(e))
+    if not files:
+        _fail(f"stream {args.stream} has no .jsonl/.json/.ndjson/.parquet files")
+    try:
+        if args.engine == "local":
+            from jobs.local_engine import replay_local
+            summary = replay_local(args.stream, args.tables, config,
+                                   progress=(lambda m: print(m, file=sys.stderr)) if args.progress else None)
+        else:
+            from jobs.spark_engine import replay_spark
+            summary = replay_spark(args.stream, args.tables, config, checkpoint=args.checkpoint,
+                                   max_files_per_trigger=args.max_files_per_trigger,
+                                   shuffle_partitions=args.shuffle_partitions, master=args.master)
+    except (SinkError, StreamError) as e:
+        _fail(str(e))
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_sql(args) -> int:
+    from jobs.delta_sink import SinkError, sql
+    try:
+        t = sql(args.tables, args.query)
+    except SinkError as e:
+        _fail(str(e))
+    if args.format == "json":
+        for r in t.to_pylist():
+            print(json.dumps(r, default=str))
+    else:
+        print(_render(t, args.limit))
+    return 0
+
+
+def _render(t, limit: int) -> str:
+    rows = t.slice(0, limit).to_pylist()
+    cols = t.column_names
+    cells = [[("null" if r[c] is None else str(r[c])) for c in cols] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    line = " | ".join(c.ljust(w) for c, w in zip(cols, widths))
+    out = [line, "-+-".join("-" * w for w in widths)]
+    out += [" | ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    if t.num_rows > limit:
+        out.append(f"... {t.num_rows - limit} more rows")
+    out.append(f"({t.num_rows} rows)")
+    return "\n".join(out)
+
+
+def cmd_simulate(args) -> int:
+    from jobs import simulate as sim
+    try:
+        kw = dict(brokers=args.brokers, partitions=args.partitions, rf=args.rf,
+                  duration_ms=sim.parse_duration(args.duration), seed=args.seed, faults=args.faults,
+                  scenario=args.scenario, fmt=args.format)
+        if args.topics:
+            kw["topics"] = args.topics
+        if args.delivery:
+            kw["delivery"] = args.delivery
+        summary = sim.simulate(args.out, **kw)
+    except ValueError as e:
+        _fail(str(e), EXIT_USAGE)
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="isrflow", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    for name in ("replay", "run"):
+        p = sub.add_parser(name, help="replay a stream" if name == "replay" else "continuous streaming job")
+        _add_engine_args(p)
+        p.add_argument("--engine", choices=["spark", "local"], default="local" if name == "replay" else "spark")
+        p.add_argument("--checkpoint", help="Spark checkpoint directory")
+        p.add_argument("--max-files-per-trigger", type=int, default=None)
+        p.add_argument("--shuffle-partitions", type=int, default=None)
+        p.add_argument("--master", default=None, help="Spark master (default local[2])")
+        p.add_argument("--progress", action="store_true", help="print progress on stderr")
+        p.set_defaults(fn=cmd_replay if name == "replay" else cmd_run)
+
+    p = sub.add_parser("sql", help="SQL over the output tables")
+    p.add_argument("--tables", required=True)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("query")
+    p.set_defaults(fn=cmd_sql)
+
+    p = sub.add_parser("simulate", help="generate a simulated event stream")
+    p.add_argument("--out", required=True)
+    p.add_argument("--brokers", type=int, default=6)
+    p.add_argument("--partitions", type=int, default=100)
+    p.add_argument("--rf", type=int, default=3)
+    p.add_argument("--topics", type=int, default=None)
+    p.add_argument("--duration", default="10m")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--faults", default=None)
+    p.add_argument("--scenario", default=None)
+    p.add_argument("--delivery", choices=["immediate", "explicit"], default=None)
+    p.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
+    p.set_defaults(fn=cmd_simulate)
+
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+def cmd_run(args) -> int:
+    from jobs.spark_engine import run_spark
+    config = load_config(args)
+    if not args.checkpoint:
+        _fail("run needs --checkpoint DIR", EXIT_USAGE)
+    run_spark(args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

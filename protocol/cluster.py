@@ -1,0 +1,667 @@
+"""The cluster as the engine sees it: the controller's broker registry, topic configs, every
+broker process (alive or crashed), and the partitions. It routes each event to the
+partitions it reaches and collects the output rows.
+
+A Cluster can hold all partitions (the in-process engine) or one bucket of them (the Spark
+engine): broker- and topic-scoped events are applied to every bucket's own copy of the
+registry, so each partition sees the same world either way. Rows that belong to no
+partition (admin rows of broker registrations, rejections of broker-scoped rows) are
+emitted only by the Cluster with `emit_global=True`.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .config import ConfigError, EngineConfig, validate_topic_config
+from .invariants import Invariants
+from .partition import (NO_LEADER, ONLINE, PREFERRED, RECOVERED, RECOVERING, UNCLEAN, Partition)
+from .replica import LEADER
+
+PARTITION_TYPES = frozenset({
+    "CreatePartition", "Reassign", "ElectLeaders", "PartitionRecord", "ReplicaSnapshot", "ReplicaLogLoss",
+    "AlterPartitionArrive", "AlterPartitionResponse", "Produce", "Fetch", "ListOffsets", "ConsumerFetch"})
+BROKER_TYPES = frozenset({"BrokerRegister", "BrokerUnfence", "BrokerFence", "BrokerControlledShutdown",
+                          "BrokerCrash", "MetadataSync", "Tick"})
+TOPIC_TYPES = frozenset({"AlterConfig"})
+EVENT_TYPES = PARTITION_TYPES | BROKER_TYPES | TOPIC_TYPES
+
+
+class Broker:
+    """Controller registration (epoch, fenced, in controlled shutdown) and the process's truth."""
+    __slots__ = ("id", "epoch", "fenced", "in_cs", "registered", "alive", "proc_epoch")
+
+    def __init__(self, bid: int):
+        self.id = bid
+        self.epoch = -1
+        self.fenced = True
+        self.in_cs = False
+        self.registered = False
+        self.alive = False
+        self.proc_epoch = -1
+
+    def reg(self) -> tuple:
+        return (self.epoch, self.fenced, self.in_cs, self.registered)
+
+    def to_tuple(self):
+        return (self.id, self.epoch, self.fenced, self.in_cs, self.registered, self.alive, self.proc_epoch)
+
+
+class Out:
+    """Output rows by table, drained by the driver."""
+    __slots__ = ("tables",)
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[dict]] = defaultdict(list)
+
+    def add(self, table: str, row: dict) -> None:
+        self.tables[table].append(row)
+
+    def drain(self) -> dict[str, list[dict]]:
+        t = self.tables
+        self.tables = defaultdict(list)
+        return dict(t)
+
+
+class Reject(Exception):
+    """An input row the engine cannot apply; the message is the `rejected.reason`."""
+
+
+class Cluster:
+    def __init__(self, config: EngineConfig, emit_global: bool = True, owns=None):
+        self.config = config
+        self.emit_global = emit_global
+        self.owns = owns                  # predicate (topic, partition) -> bool; None: all
+        self.brokers: dict[int, Broker] = {}
+        self.topic_cfg: dict[str, dict[str, str]] = {}
+        self.partitions: dict[tuple, Partition] = {}
+        self.by_broker: dict[int, set] = defaultdict(set)
+        self.by_topic: dict[str, set] = defaultdict(set)
+        self.reg_log: list[tuple] = []              # (seq, broker, reg) for explicit metadata delivery
+        self.views: dict[int, dict[int, tuple]] = {}  # broker -> its metadata cache of registrations
+        self.view_seq: dict[int, int] = {}
+        self.last_seq = 0
+        self.max_ts = 0
+        self.touched: set = set()
+        self.out = Out()
+        self.applied = 0
+        self.rejected = 0
+
+    # ------------------------------------------------------------------ indexes
+    def reindex(self, p: Partition) -> None:
+        key = p.key
+        now = p.hosts()
+        for b in now:
+            self.by_broker[b].add(key)
+        for b, keys in self.by_broker.items():
+            if b not in now:
+                keys.discard(key)
+
+    def hosted(self, b: int) -> list[Partition]:
+        parts = self.partitions
+        return [parts[k] for k in sorted(self.by_broker.get(b, ()))]
+
+    def view_of(self, b: int) -> dict[int, tuple]:
+        """Broker b's metadata cache of registrations (explicit delivery), else the controller's."""
+        if self.config.md_immediate:
+            return _RegView(self.brokers)
+        return self.views.get(b, {})
+
+    def _log_reg(self, seq: int, br: Broker) -> None:
+        if self.config.md_immediate:
+            return
+        self.reg_log.append((seq, br.id, br.reg()))
+
+    # ------------------------------------------------------------------ rows
+    def emit_at(self, table: str, row: dict, topic, partition, seq, ts, idx=0) -> None:
+        row.update(topic=topic, partition=partition, seq=seq, idx=idx, ts_ms=ts)
+        self.out.add(table, row)
+
+    def reject(self, ev: dict, raw: str | None, reason: str, scoped: bool) -> None:
+        self.rejected += 1
+        if scoped or self.emit_global:
+            self.out.add("rejected", {"topic": ev.get("topic"), "partition": ev.get("partition"),
+                                      "seq": ev.get("seq"), "idx": 0, "ts_ms": ev.get("ts_ms"),
+                                      "raw": raw, "reason": reason})
+
+    # ------------------------------------------------------------------ driving
+    def begin(self, p: Partition, seq: int, ts: int) -> None:
+        """An event reaches p: fire its due timers first, then set the row context."""
+        p.advance(ts)
+        p.cur_seq = seq
+        p.now = ts
+        p.idx = 0
+        p.last_seq = seq
+        self.touched.add(p.key)
+        if p.retry is not None:
+            b, pid = p.retry
+            p.retry = None
+            rep = p.reps.get(b)
+            if rep is not None and rep.pending is not None and rep.pending.pid == pid:
+                p._send_ap(rep, pid, rep.pending.change, rep.pending.proposed)
+
+    def end(self, p: Partition) -> None:
+        p.inv.after_event(p)
+
+    def apply(self, ev: dict, raw: str | None = None) -> None:
+        """Apply one validated event (schemas.events normalized dict)."""
+        seq = ev["seq"]
+        ts = ev["ts_ms"]
+        typ = ev["type"]
+        scoped = typ in PARTITION_TYPES or (typ in TOPIC_TYPES and ev.get("partition") is not None)
+        if seq <= self.last_seq:
+            self.reject(ev, raw, f"{typ} row seq {seq}: seq {seq} is not after the last applied seq "
+                                 f"{self.last_seq} (duplicate or out of order); dropped", scoped)
+            return
+        if ts < self.max_ts:
+            self.reject(ev, raw, f"{typ} row seq {seq}: ts_ms {ts} goes back before the stream's time "
+                                 f"{self.max_ts} (ts_ms must not decrease with seq); dropped", scoped)
+            return
+        if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):
+            self.last_seq = seq
+            self.max_ts = ts
+            return
+        try:
+            getattr(self, "_" + typ)(ev)
+        except Reject as r:
+            self.reject(ev, raw, f"{typ} row seq {seq}: {r}", scoped)
+            if scoped or self.emit_global:
+                pass
+        else:
+            if scoped or self.emit_global:
+                self.applied += 1
+        self.last_seq = seq
+        self.max_ts = ts
+
+    def finish(self, ts: int | None = None) -> None:
+        """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
+        ts = self.max_ts if ts is None else ts
+        for key in sorted(self.partitions):
+            p = self.partitions[key]
+            if p.tdone < ts:
+                p.advance(ts)
+                self.touched.add(key)
+                p.inv.after_event(p)
+
+    def drain(self) -> dict[str, list[dict]]:
+        return self.out.drain()
+
+    # ------------------------------------------------------------------ lookups
+    def _part(self, ev: dict) -> Partition:
+        p = self.partitions.get((ev["topic"], ev["partition"]))
+        if p is None:
+            raise Reject(f"unknown partition {ev['topic']}-{ev['partition']} (not created in this stream)")
+        return p
+
+    def _broker(self, ev: dict, b=None) -> Broker:
+        b = ev["broker"] if b is None else b
+        br = self.brokers.get(b)
+        if br is None:
+            raise Reject(f"broker {b} has never registered (BrokerRegister must come first)")
+        return br
+
+    def _new_partition(self, topic: str, partition: int, ts: int) -> Partition:
+        p = Partition(self, topic, partition)
+        p.inv = Invariants()
+        p.tdone = ts
+        self.partitions[p.key] = p
+        self.by_topic[topic].add(p.key)
+        p.refresh_conf()
+        return p
+
+    # ================================================================== control plane
+    def _CreatePartition(self, ev):
+        topic, part, seq, ts = ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"]
+        replicas = list(ev["replicas"])
+
+        def fail(err, detail):
+            self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},
+                         topic, part, seq, ts)
+        if (topic, part) in self.partitions:
+            return fail("TOPIC_ALREADY_EXISTS", f"partition {topic}-{part} already exists")
+        if len(set(replicas)) != len(replicas) or any(r < 0 for r in replicas):
+            return fail("INVALID_REPLICA_ASSIGNMENT", f"replicas {replicas} has duplicate or negative ids")
+        missing = [r for r in replicas if r not in self.brokers or not self.brokers[r].registered]
+        if missing:
+            return fail("INVALID_REPLICA_ASSIGNMENT", f"brokers {missing} are not registered")
+        cfg = {}
+        if ev.get("config"):
+            try:
+                cfg = validate_topic_config(ev["config"])
+            except ConfigError as e:
+                return fail("INVALID_CONFIG", str(e))
+        # A2: ISR = active replicas (registered, unfenced, not shutting down), replica order
+        isr = [r for r in replicas if not self.brokers[r].fenced and not self.brokers[r].in_cs]
+        if not isr:
+            return fail("INVALID_REPLICA_ASSIGNMENT", f"none of replicas {replicas} is unfenced")
+        p = self._new_partition(topic, part, ts)
+        p.config = cfg
+        p.refresh_conf()
+        self.begin(p, seq, ts)
+        p.replicas, p.isr, p.leader = replicas, isr, isr[0]
+        p.leader_epoch = p.partition_epoch = 0
+        self.reindex(p)
+        p.emit("admin", {"type": "CreatePartition", "broker": None, "result": "NONE", "detail": None})
+        p.log_registration("CreatePartition")
+        p.inv.on_registration(p, None)
+        p.publish()
+        self.end(p)
+
+    def _PartitionRecord(self, ev):
+        topic, part, seq, ts = ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"]
+        replicas = list(ev["replicas"])
+        isr = list(ev["isr"])
+        elr = list(ev.get("elr") or [])
+        lke = list(ev.get("last_known_elr") or [])
+        leader = ev["leader"]
+        if not set(isr) <= set(replicas) or not set(elr) <= set(replicas):
+            raise Reject(f"isr {isr} / elr {elr} must be subsets of replicas {replicas}")
+        if leader != NO_LEADER and leader not in replicas:
+            raise Reject(f"leader {leader} is not one of replicas {replicas}")
+        p = self.partitions.get((topic, part))
+        if p is not None and (ev["partition_epoch"] <= p.partition_epoch or ev["leader_epoch"] < p.leader_epoch):
+            raise Reject(f"partition epoch {ev['partition_epoch']} / leader epoch {ev['leader_epoch']} is not after "
+                         f"the current {p.partition_epoch} / {p.leader_epoch} (epoch going backwards)")
+        cfg = {}
+        if ev.get("config"):
+            try:
+                cfg = validate_topic_config(ev["config"])
+            except ConfigError as e:
+                raise Reject(str(e)) from None
+        if p is None:
+            p = self._new_partition(topic, part, ts)
+        p.config.update(cfg)
+        p.refresh_conf()
+        self.begin(p, seq, ts)
+        p.replicas, p.isr, p.elr, p.lke, p.leader = replicas, isr, elr, lke, leader
+        p.leader_epoch, p.partition_epoch = ev["leader_epoch"], ev["partition_epoch"]
+        p.lrs = ev.get("leader_recovery_state") or RECOVERED
+        p.adding, p.removing = [], []
+        self.reindex(p)
+        p.log_registration("PartitionRecord")
+        p.inv.on_registration(p, None)
+        p.publish()
+        self.end(p)
+
+    def _ReplicaSnapshot(self, ev):
+        p = self._part(ev)
+        b = ev["broker"]
+        if b not in p.replicas:
+            raise Reject(f"broker {b} is not a replica of {p.topic}-{p.partition} (replicas {p.replicas})")
+        starts = {int(k): int(v) for k, v in ev["epoch_start_offsets"].items()}
+        leo, hwm = ev["log_end_offset"], ev["hwm"]
+        prev = -1
+        for e in sorted(starts):
+            if starts[e] < prev:
+                raise Reject(f"epoch_start_offsets {starts}: start offsets must not decrease as epochs increase")
+            prev = starts[e]
+        if prev > leo:
+            raise Reject(f"epoch start offset {prev} is beyond log_end_offset {leo}")
+        if hwm > leo:
+            raise Reject(f"hwm {hwm} is beyond log_end_offset {leo}")
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        from .replica import Replica
+        rep = p.reps.get(b)
+        if rep is None:
+            rep = p.reps[b] = Replica(b)
+            self.reindex(p)
+        rep.log.load_snapshot(starts, leo, hwm)
+        inv = p.inv
+        if hwm > inv.committed_end:
+            from .log import runs_prefix
+            inv.committed = runs_prefix(rep.log.runs, hwm)
+            inv.committed_end = hwm
+        inv.on_log_change(p, rep)
+        self.end(p)
+
+    def _AlterConfig(self, ev):
+        topic = ev["topic"]
+        if not topic:
+            raise Reject("AlterConfig needs a topic")
+        try:
+            cfg = validate_topic_config(ev.get("config") or {})
+        except ConfigError as e:
+            cfg = None
+            err = str(e)
+        if ev.get("partition") is not None:
+            p = self._part(ev)
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            if cfg is None:
+                p.emit("admin", {"type": "AlterConfig", "broker": None, "result": "INVALID_CONFIG", "detail": err})
+            else:
+                p.config.update(cfg)
+                p.refresh_conf()
+                p.emit("admin", {"type": "AlterConfig", "broker": None, "result": "NONE", "detail": None})
+            self.end(p)
+            return
+        if self.emit_global:
+            self.emit_at("admin", {"type": "AlterConfig", "broker": None,
+                                   "result": "NONE" if cfg is not None else "INVALID_CONFIG",
+                                   "detail": None if cfg is not None else err}, topic, None, ev["seq"], ev["ts_ms"])
+        if cfg is None:
+            return
+        self.topic_cfg.setdefault(topic, {}).update(cfg)
+        for key in sorted(self.by_topic.get(topic, ())):
+            p = self.partitions[key]
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            p.refresh_conf()
+            self.end(p)
+
+    def _Reassign(self, ev):
+        p = self._part(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        target = ev.get("replicas")
+
+        def admin(result, detail=None):
+            p.emit("admin", {"type": "Reassign", "broker": None, "result": result, "detail": detail})
+        if target is None:
+            # A22 cancel (PartitionReassignmentRevert)
+            if not p.adding and not p.removing:
+                admin("NO_REASSIGNMENT_IN_PROGRESS")
+            else:
+                reps = [r for r in p.replicas if r not in p.adding]
+                isr = [r for r in p.isr if r not in p.adding]
+                unclean = not isr
+                if unclean:
+                    isr = [reps[0]]
+                if unclean and not p.conf.unclean:
+                    admin("INVALID_REPLICA_ASSIGNMENT", "reverting would need an unclean leader election")
+                else:
+                    admin("NONE")
+                    p.change("Reassign", "reassignment cancelled", target_replicas=reps, target_isr=isr,
+                             target_adding=[], target_removing=[], election=UNCLEAN if unclean else ONLINE)
+        else:
+            target = list(target)
+            bad = [r for r in target if r not in self.brokers or not self.brokers[r].registered]
+            if not target or len(set(target)) != len(target) or bad:
+                admin("INVALID_REPLICA_ASSIGNMENT",
+                      f"target {target}: empty, duplicate, or unregistered brokers {bad}")
+            else:
+                cur = list(p.replicas)
+                removing = sorted(set(cur) - set(target))
+                adding = sorted(set(target) - set(cur))
+                admin("NONE")
+                p.change("Reassign", f"reassignment to {target}", target_replicas=target + removing,
+                         target_adding=adding, target_removing=removing,
+                         election=UNCLEAN if p.conf.unclean else ONLINE)
+        self.end(p)
+
+    def _ElectLeaders(self, ev):
+        p = self._part(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        kind = ev["election_type"]
+        target = ev.get("target")
+
+        def admin(result, detail=None):
+            p.emit("admin", {"type": "ElectLeaders", "broker": target, "result": result, "detail": detail})
+        reason = f"ElectLeaders {kind}" + (f" target {target}" if target is not None else "")
+        if kind == "PREFERRED":
+            if p.replicas and p.leader == p.replicas[0]:
+                admin("ELECTION_NOT_NEEDED")
+            elif p.change("ElectLeaders", reason, election=PREFERRED):
+                admin("NONE")
+            else:
+                admin("PREFERRED_LEADER_NOT_AVAILABLE")
+        elif kind == "UNCLEAN":
+            if p.leader != NO_LEADER:
+                admin("ELECTION_NOT_NEEDED")
+            elif p.change("ElectLeaders", reason, election=UNCLEAN):
+                admin("NONE")
+            else:
+                admin("ELIGIBLE_LEADERS_NOT_AVAILABLE")
+        else:  # DESIGNATED (KIP-966): only for a leaderless partition
+            if p.leader != NO_LEADER:
+                admin("ELECTION_NOT_NEEDED")
+            elif target not in p.replicas:
+                admin("INVALID_REQUEST", f"target {target} is not a replica of {p.replicas}")
+            elif not p.acceptable_fn()(target):
+                admin("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"target {target} is fenced, shutting down or unregistered")
+            elif p.change("ElectLeaders", reason, designated=target):
+                admin("NONE")
+            else:
+                admin("ELIGIBLE_LEADERS_NOT_AVAILABLE")
+        self.end(p)
+
+    # ================================================================== brokers
+    def _BrokerRegister(self, ev):
+        b, be, seq, ts = ev["broker"], ev["broker_epoch"], ev["seq"], ev["ts_ms"]
+        pbe = ev.get("previous_broker_epoch")
+        br = self.brokers.get(b)
+        if br is not None and br.epoch >= 0 and be <= br.epoch:
+            raise Reject(f"broker_epoch {be} is not above broker {b}'s current epoch {br.epoch} "
+                         "(epoch going backwards)")
+        if br is not None and br.registered and not br.fenced:
+            # A17: a new incarnation while the old session is valid
+            if self.emit_global:
+                self.emit_at("admin", {"type": "BrokerRegister", "broker": b, "result": "DUPLICATE_BROKER_REGISTRATION",
+                                       "detail": f"broker {b} is still registered and unfenced (epoch {br.epoch}); "
+                                                 "a BrokerFence must come first"}, None, None, seq, ts)
+            return
+        if br is None:
+            br = self.brokers[b] = Broker(b)
+        # SPEC §4 (KIP-966): clean iff the clean-shutdown file carried the registered epoch
+        clean = pbe is not None and pbe >= 0 and pbe == br.epoch
+        first = not br.registered
+        br.epoch = be
+        br.fenced = True
+        br.in_cs = False
+        br.registered = True
+        br.alive = True
+        br.proc_epoch = be
+        self._log_reg(seq, br)
+        if self.emit_global:
+            self.emit_at("admin", {"type": "BrokerRegister", "broker": b, "result": "NONE",
+                                   "detail": "first registration" if first else
+                                   ("clean restart" if clean else "unclean restart")}, None, None, seq, ts)
+        for p in self.hosted(b):
+            self.begin(p, seq, ts)
+            rep = p.reps.get(b)
+            if rep is not None:
+                if rep.role == LEADER:
+                    p.resign(rep, "NETWORK_EXCEPTION")
+                rep.reset_memory()
+            if not clean and (b in p.isr or b in p.elr):
+                # A17 handleBrokerUncleanShutdown
+                p.change("BrokerRegister", f"broker {b} restarted after an unclean shutdown",
+                         target_isr=[r for r in p.isr if r != b], unclean_shutdown=(b,),
+                         acc=p.acceptable_fn(removed={b}), election=UNCLEAN if p.conf.unclean else ONLINE)
+            if self.config.md_immediate and b in p.replicas:
+                p.apply_metadata(b, p.snapshot(), seq)
+            self.end(p)
+
+    def _BrokerUnfence(self, ev):
+        br = self._broker(ev)
+        if not br.registered:
+            raise Reject(f"broker {br.id} is not registered")
+        br.fenced = False
+        self._log_reg(ev["seq"], br)
+        b = br.id
+        for p in self.hosted(b):
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            if p.leader == NO_LEADER and b in p.replicas:
+                # A15: leaderless partitions try an election with b acceptable
+                p.change("BrokerUnfence", f"broker {b} unfenced",
+                         election=UNCLEAN if p.conf.unclean else ONLINE, acc=p.acceptable_fn(unfenced={b}))
+            self.end(p)
+
+    def _BrokerFence(self, ev):
+        br = self._broker(ev)
+        br.fenced = True
+        self._log_reg(ev["seq"], br)
+        b = br.id
+        for p in self.hosted(b):
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            if b in p.isr:
+                # A14: out of every ISR; re-elect without b
+                p.change("BrokerFence", f"broker {b} fenced", target_isr=[r for r in p.isr if r != b],
+                         election=UNCLEAN if p.conf.unclean else ONLINE, acc=p.acceptable_fn(removed={b}))
+            self.end(p)
+
+    def _BrokerControlledShutdown(self, ev):
+        br = self._broker(ev)
+        b = br.id
+        if not br.fenced:
+            br.in_cs = True     # A16: CONTROLLED_SHUTDOWN (or SHUTDOWN_NOW: same effect on partitions)
+            self._log_reg(ev["seq"], br)
+        for p in self.hosted(b):
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            if b in p.isr:
+                p.change("BrokerControlledShutdown", f"broker {b} controlled shutdown",
+                         target_isr=[r for r in p.isr if r != b],
+                         election=UNCLEAN if p.conf.unclean else ONLINE, acc=p.acceptable_fn(removed={b}))
+            self.end(p)
+
+    def _BrokerCrash(self, ev):
+        br = self._broker(ev)
+        b = br.id
+        clean = bool(ev.get("clean"))
+        br.alive = False
+        for p in self.hosted(b):
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            rep = p.reps.get(b)
+            if rep is not None:
+                if rep.role == LEADER:
+                    p.resign(rep, "NETWORK_EXCEPTION")   # parked produces never get an answer
+                rep.reset_memory()
+                if not clean:
+                    p.unclean.add(b)
+                p.inv.dirty = True
+            self.end(p)
+
+    def _ReplicaLogLoss(self, ev):
+        p = self._part(ev)
+        b = ev["broker"]
+        rep = p.reps.get(b)
+        if rep is None:
+            raise Reject(f"broker {b} has no replica of {p.topic}-{p.partition}")
+        br = self.brokers.get(b)
+        if br is not None and br.alive:
+            raise Reject(f"broker {b} is running; ReplicaLogLoss must follow its BrokerCrash")
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        if ev["log_end_offset"] < rep.log.leo:
+            rep.log.truncate_to(ev["log_end_offset"])
+            p.inv.on_log_change(p, rep)
+        self.end(p)
+
+    def _MetadataSync(self, ev):
+        br = self._broker(ev)
+        b = br.id
+        up_to = ev.get("up_to_seq")
+        if not br.alive:
+            for p in self.hosted(b):
+                self.begin(p, ev["seq"], ev["ts_ms"])
+                self.end(p)
+            return
+        if not self.config.md_immediate:
+            view = self.views.setdefault(b, {})
+            start = self.view_seq.get(b, -1)
+            for s, rb, reg in self.reg_log:
+                if s > start and (up_to is None or s <= up_to):
+                    view[rb] = reg
+            self.view_seq[b] = max(start, up_to if up_to is not None else self.last_seq)
+        for p in self.hosted(b):
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            if not self.config.md_immediate:
+                p.sync_broker(b, up_to)
+            self.end(p)
+
+    def _Tick(self, ev):
+        b = ev.get("broker")
+        if b is None:
+            parts = [self.partitions[k] for k in sorted(self.partitions)]
+        else:
+            self._broker(ev)
+            parts = self.hosted(b)
+        for p in parts:
+            self.begin(p, ev["seq"], ev["ts_ms"])
+            for rep in list(p.reps.values()):
+                if rep.role == LEADER and (b is None or rep.broker == b):
+                    br = self.brokers.get(rep.broker)
+                    if br is not None and br.alive:
+                        p.maybe_shrink(rep)
+            self.end(p)
+
+    # ================================================================== messages and data
+    def _AlterPartitionArrive(self, ev):
+        p = self._part(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        p.deliver_ap_request()
+        self.end(p)
+
+    def _AlterPartitionResponse(self, ev):
+        p = self._part(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        p.deliver_ap_response()
+        self.end(p)
+
+    def _Produce(self, ev):
+        p = self._part(ev)
+        self._broker(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        p.produce(ev)
+        self.end(p)
+
+    def _Fetch(self, ev):
+        p = self._part(ev)
+        self._broker(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        p.fetch(ev)
+        self.end(p)
+
+    def _ListOffsets(self, ev):
+        p = self._part(ev)
+        self._broker(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        p.list_offsets(ev)
+        self.end(p)
+
+    def _ConsumerFetch(self, ev):
+        p = self._part(ev)
+        self._broker(ev)
+        self.begin(p, ev["seq"], ev["ts_ms"])
+        p.consumer_fetch(ev)
+        self.end(p)
+
+    # ================================================================== state table
+    def partition_state_rows(self, keys=None) -> list[dict]:
+        rows = []
+        for key in sorted(self.partitions if keys is None else keys):
+            p = self.partitions.get(key)
+            if p is None:
+                continue
+            lrep = p.reps.get(p.leader) if p.leader >= 0 else None
+            lead = lrep if lrep is not None and lrep.role == LEADER else None
+            reps = []
+            for b in sorted(p.reps):
+                r = p.reps[b]
+                br = self.brokers.get(b)
+                reps.append({"broker": b, "alive": bool(br and br.alive), "fenced": bool(br.fenced) if br else None,
+                             "broker_epoch": br.epoch if br else None, "role": r.role, "leo": r.log.leo,
+                             "hwm": r.log.hwm, "leader_epoch": r.leader_epoch})
+            pend = None
+            if lead is not None and lead.pending is not None:
+                pend = f"{lead.pending.change} {list(lead.pending.proposed)}"
+            rows.append({
+                "topic": p.topic, "partition": p.partition, "seq": p.last_seq, "idx": 0, "ts_ms": p.now,
+                "leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
+                "replicas": list(p.replicas), "isr": list(p.isr), "elr": list(p.elr),
+                "last_known_elr": list(p.lke), "adding": list(p.adding), "removing": list(p.removing),
+                "leader_recovery_state": p.lrs,
+                "leader_hwm": lead.log.hwm if lead else None, "leader_leo": lead.log.leo if lead else None,
+                "leader_leso": lead.leso if lead else None,
+                "maximal_isr": list(lead.maximal_isr) if lead else None,
+                "pending_alter_partition": pend, "replica_states": reps})
+        return rows
+
+
+class _RegView:
+    """The controller's registry seen as a metadata cache: broker -> (epoch, fenced, in_cs, registered)."""
+    __slots__ = ("brokers",)
+
+    def __init__(self, brokers):
+        self.brokers = brokers
+
+    def get(self, b, default=None):
+        br = self.brokers.get(b)
+        if br is None:
+            return default
+        return (br.epoch, br.fenced, br.in_cs, br.registered)

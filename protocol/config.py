@@ -1,0 +1,131 @@
+"""Engine configuration: Kafka's own config names plus `delivery.*` and `output.*`.
+
+Defaults follow a current Kafka cluster with KIP-966 on (SPEC §4). Topic-level keys may be
+overridden per topic or partition (AlterConfig); the rest are engine-wide.
+"""
+from __future__ import annotations
+
+DEFAULTS: dict[str, str] = {
+    "min.insync.replicas": "1",
+    "replica.lag.time.max.ms": "30000",
+    "eligible.leader.replicas.enable": "true",
+    "unclean.leader.election.enable": "false",
+    "unclean.recovery.manager.enabled": "false",
+    "unclean.recovery.strategy": "Balanced",
+    "request.timeout.ms": "30000",
+    "auto.leader.rebalance.enable": "true",
+    "leader.imbalance.check.interval.seconds": "300",
+    "unclean.leader.election.interval.ms": "300000",
+    "isr.expiration.interval.ms": "15000",
+    "delivery.alter_partition": "immediate",
+    "delivery.metadata": "immediate",
+    "output.fetch": "errors",
+}
+
+# Keys a topic (or one partition) may override with AlterConfig / CreatePartition.config.
+TOPIC_KEYS = frozenset({"min.insync.replicas", "unclean.leader.election.enable", "unclean.recovery.strategy"})
+
+_STRATEGIES = {"aggressive": "Aggressive", "proactive": "Aggressive", "balanced": "Balanced",
+               "manual": "None", "none": "None"}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(key: str, v: str) -> bool:
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{key}={v!r}: expected true or false")
+
+
+def _int(key: str, v: str, lo: int = 0) -> int:
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        raise ConfigError(f"{key}={v!r}: expected an integer") from None
+    if n < lo:
+        raise ConfigError(f"{key}={v!r}: must be >= {lo}")
+    return n
+
+
+def _choice(key: str, v: str, choices: tuple[str, ...]) -> str:
+    s = str(v).strip().lower()
+    if s not in choices:
+        raise ConfigError(f"{key}={v!r}: expected one of {', '.join(choices)}")
+    return s
+
+
+def parse_strategy(v: str) -> str:
+    s = str(v).strip().lower()
+    if s not in _STRATEGIES:
+        raise ConfigError(f"unclean.recovery.strategy={v!r}: expected Aggressive, Balanced or None "
+                          "(aliases proactive, balanced, manual)")
+    return _STRATEGIES[s]
+
+
+def validate_topic_config(cfg: dict[str, str]) -> dict[str, str]:
+    """Checks topic-level overrides; returns them normalized. Raises ConfigError."""
+    out = {}
+    for k, v in cfg.items():
+        if k not in TOPIC_KEYS:
+            raise ConfigError(f"{k} is not a topic-level config (topic-level: {', '.join(sorted(TOPIC_KEYS))})")
+        if k == "min.insync.replicas":
+            _int(k, v, 1)
+        elif k == "unclean.leader.election.enable":
+            _bool(k, v)
+        else:
+            parse_strategy(v)
+        out[k] = str(v).strip()
+    return out
+
+
+class TopicConf:
+    """Effective topic-level settings of one partition."""
+    __slots__ = ("min_isr", "unclean", "strategy")
+
+    def __init__(self, min_isr: int, unclean: bool, strategy: str):
+        self.min_isr = min_isr
+        self.unclean = unclean
+        self.strategy = strategy
+
+
+class EngineConfig:
+    """Typed engine-wide settings; `raw` keeps the Kafka-named strings."""
+
+    def __init__(self, overrides: dict[str, str] | None = None):
+        raw = dict(DEFAULTS)
+        for k, v in (overrides or {}).items():
+            if k not in DEFAULTS:
+                raise ConfigError(f"unknown config key {k!r} (known: {', '.join(sorted(DEFAULTS))})")
+            raw[k] = str(v)
+        self.raw = raw
+        self.lag_ms = _int("replica.lag.time.max.ms", raw["replica.lag.time.max.ms"], 0)
+        self.elr = _bool("eligible.leader.replicas.enable", raw["eligible.leader.replicas.enable"])
+        self.recovery_manager = _bool("unclean.recovery.manager.enabled", raw["unclean.recovery.manager.enabled"])
+        self.request_timeout_ms = _int("request.timeout.ms", raw["request.timeout.ms"], 1)
+        self.auto_rebalance = _bool("auto.leader.rebalance.enable", raw["auto.leader.rebalance.enable"])
+        self.rebalance_interval_ms = 1000 * _int("leader.imbalance.check.interval.seconds",
+                                                 raw["leader.imbalance.check.interval.seconds"], 1)
+        self.unclean_interval_ms = _int("unclean.leader.election.interval.ms",
+                                        raw["unclean.leader.election.interval.ms"], 1)
+        self.isr_interval_ms = _int("isr.expiration.interval.ms", raw["isr.expiration.interval.ms"], 0)
+        self.ap_immediate = _choice("delivery.alter_partition", raw["delivery.alter_partition"],
+                                    ("immediate", "explicit")) == "immediate"
+        self.md_immediate = _choice("delivery.metadata", raw["delivery.metadata"],
+                                    ("immediate", "explicit")) == "immediate"
+        self.fetch_all = _choice("output.fetch", raw["output.fetch"], ("errors", "all")) == "all"
+        validate_topic_config({k: raw[k] for k in TOPIC_KEYS})
+        self.base_topic = {k: raw[k] for k in TOPIC_KEYS}
+
+    def topic_conf(self, *layers: dict[str, str] | None) -> TopicConf:
+        merged = dict(self.base_topic)
+        for layer in layers:
+            if layer:
+                merged.update(layer)
+        return TopicConf(int(merged["min.insync.replicas"]),
+                         _bool("unclean.leader.election.enable", merged["unclean.leader.election.enable"]),
+                         parse_strategy(merged["unclean.recovery.strategy"]))

@@ -1,0 +1,282 @@
+"""Safety invariants, checked on every event (SPEC §3; formal_spec_notes §3).
+
+The engine models every replica's log exactly, so these are exact, not sampled. A broken
+invariant becomes one `violations` row at the event where it breaks -- never an exception --
+and the ghost state is then rebased on the new reality so one loss is reported once.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .log import first_mismatch, runs_prefix
+from .replica import LEADER
+
+
+class Invariants:
+    __slots__ = ("committed", "committed_end", "consumed", "consumed_end", "acked", "dirty", "changed",
+                 "reported", "last_le", "last_pe", "lost_acked")
+
+    def __init__(self) -> None:
+        self.committed: list = []      # record identities below the true HWM
+        self.committed_end = 0         # the true HWM
+        self.consumed: list = []       # what consumers have read
+        self.consumed_end = 0
+        self.acked: dict = {}          # (epoch, incarnation) -> [[start, end), ...] acknowledged acks=all
+        self.dirty = False
+        self.changed: set = set()      # brokers whose log shrank or was replaced in this event
+        self.reported: set = set()
+        self.last_le = -1
+        self.last_pe = -1
+        self.lost_acked = 0
+
+    # -------------------------------------------------------------- hooks
+    def violation(self, p, name: str, detail: str) -> None:
+        p.emit("violations", {"invariant": name, "detail": detail})
+
+    def on_leader_hwm(self, p, rep, hw: int) -> None:
+        """A leader's HWM advanced: those records are committed (the true HWM)."""
+        log = rep.log
+        end = self.committed_end
+        if end:
+            m = first_mismatch(log.runs, log.leo, self.committed, end, min(hw, end))
+            if m is not None:
+                was = _ident(self.committed, m)
+                now = log.identity_at(m)
+                self.violation(p, "HighWatermarkMonotonic",
+                               f"leader {rep.broker} (epoch {rep.leader_epoch}) advanced its HWM to {hw} over offset "
+                               f"{m}, which was committed as {_fmt(was)} and is now {_fmt(now)}: the true HWM fell "
+                               f"from {end} to {m}")
+                self.committed = runs_prefix(log.runs, hw)
+                self.committed_end = hw
+                return
+        if hw > end:
+            self.committed = runs_prefix(log.runs, hw)
+            self.committed_end = hw
+
+    def on_append(self, p, rep) -> None:
+        pass
+
+    def on_log_change(self, p, rep) -> None:
+        self.changed.add(rep.broker)
+        self.dirty = True
+
+    def new_leadership(self, p, rep) -> None:
+        self.dirty = True
+
+    def on_acked(self, p, pr) -> None:
+        ranges = self.acked.setdefault((pr.epoch, pr.inc), [])
+        if ranges and ranges[-1][1] >= pr.base:
+            if pr.required > ranges[-1][1]:
+                ranges[-1][1] = pr.required
+        else:
+            ranges.append([pr.base, pr.required])
+
+    def on_consumed(self, p, rep, start: int, end: int) -> None:
+        log = rep.log
+        m = None
+        if self.consumed_end:
+            m = first_mismatch(log.runs, log.leo, self.consumed, self.consumed_end,
+                               min(end, self.consumed_end))
+            if m is not None and m >= start:
+                self.violation(p, "ConsistentRead",
+                               f"a consumer read offset {m} from leader {rep.broker} as {_fmt(log.identity_at(m))}, "
+                               f"but it was read before as {_fmt(_ident(self.consumed, m))}")
+        if end > self.consumed_end or (self.consumed_end and m is not None):
+            self.consumed = runs_prefix(log.runs, end)
+            self.consumed_end = end
+
+    def on_registration(self, p, info) -> None:
+        """A committed PartitionChangeRecord: ElrInvariants and EpochMonotonic."""
+        if p.leader_epoch < self.last_le or p.partition_epoch <= self.last_pe:
+            self.violation(p, "EpochMonotonic",
+                           f"registration went from leader epoch {self.last_le} / partition epoch {self.last_pe} "
+                           f"to {p.leader_epoch} / {p.partition_epoch}")
+        self.last_le = p.leader_epoch
+        self.last_pe = p.partition_epoch
+        if p.elr:
+            bad = []
+            if set(p.elr) & set(p.isr):
+                bad.append(f"ISR {p.isr} and ELR {p.elr} overlap")
+            if not set(p.elr) <= set(p.replicas):
+                bad.append(f"ELR {p.elr} is not within replicas {p.replicas}")
+            if not p.cl.config.elr:
+                bad.append("ELR is non-empty with eligible.leader.replicas.enable=false")
+            if len(p.isr) >= p.eff_min_isr():
+                bad.append(f"ELR {p.elr} is non-empty while ISR {p.isr} meets min ISR {p.eff_min_isr()}")
+            if bad:
+                self.violation(p, "ElrInvariants", "; ".join(bad))
+        self.dirty = True
+
+    # -------------------------------------------------------------- end of event
+    def after_event(self, p) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        changed = self.changed
+        self.changed = set()
+        brokers = p.cl.brokers
+        leader = p.leader
+        lrep = p.reps.get(leader) if leader >= 0 else None
+        lbr = brokers.get(leader) if leader >= 0 else None
+        if lrep is not None and lbr is not None and lbr.alive:
+            self._leader_complete(p, lrep)
+        # LeaderCandidateCompleteness: no running ISR/ELR member is shorter than the true HWM
+        end = self.committed_end
+        if end:
+            for r in p.isr + p.elr:
+                rep = p.reps.get(r)
+                br = brokers.get(r)
+                if rep is None or br is None or not br.alive:
+                    continue
+                if rep.log.leo < end:
+                    key = ("LCC", r, p.partition_epoch, rep.log.leo)
+                    if key not in self.reported:
+                        self.reported.add(key)
+                        where = "ISR" if r in p.isr else "ELR"
+                        self.violation(p, "LeaderCandidateCompleteness",
+                                       f"replica {r} is in the {where} with LEO {rep.log.leo} below the true HWM {end}")
+        # ReplicationQuorumSuperset, for the current (non-stale) leader
+        if lrep is not None and lrep.role == LEADER and lrep.leader_epoch == p.leader_epoch:
+            if len(lrep.committed_isr) >= min(p.conf.min_isr, len(lrep.assignment)):
+                need = set(p.isr) | set(p.elr)
+                if not need <= set(lrep.maximal_isr):
+                    key = ("RQS", p.partition_epoch, tuple(lrep.maximal_isr))
+                    if key not in self.reported:
+                        self.reported.add(key)
+                        self.violation(p, "ReplicationQuorumSuperset",
+                                       f"controller ISR {p.isr} + ELR {p.elr} is not within leader {leader}'s maximal "
+                                       f"ISR {list(lrep.maximal_isr)}")
+        # UncleanExclusion: a replica restarted after an unclean crash stays out until it caught up
+        for r in p.unclean:
+            br = brokers.get(r)
+            if br is None or not br.alive or not br.registered:
+                continue
+            where = "leader" if r == leader else "ISR" if r in p.isr else "ELR" if r in p.elr else None
+            if where:
+                key = ("UE", r, p.partition_epoch)
+                if key not in self.reported:
+                    self.reported.add(key)
+                    self.violation(p, "UncleanExclusion",
+                                   f"replica {r} restarted after an unclean shutdown and is {where} "
+                                   f"(partition epoch {p.partition_epoch}) without having caught up")
+        # LogMatching: below both HWMs, two replicas hold the same records
+        if changed:
+            reps = p.reps
+            for b in changed:
+                a = reps.get(b)
+                if a is None:
+                    continue
+                for c, o in reps.items():
+                    if c == b:
+                        continue
+                    upto = min(a.log.hwm, o.log.hwm)
+                    if upto <= 0:
+                        continue
+                    m = first_mismatch(a.log.runs, a.log.leo, o.log.runs, o.log.leo, upto)
+                    if m is not None:
+                        key = ("LM", min(b, c), max(b, c), m)
+                        if key not in self.reported:
+                            self.reported.add(key)
+                            self.violation(p, "LogMatching",
+                                           f"replicas {b} and {c} differ at offset {m} below both HWMs "
+                                           f"({a.log.hwm}, {o.log.hwm}): {_fmt(a.log.identity_at(m))} vs "
+                                           f"{_fmt(o.log.identity_at(m))}")
+        if len(self.reported) > 4096:
+            self.reported.clear()
+
+    def _leader_complete(self, p, lrep) -> None:
+        """LeaderCompleteness, AckedRecordsDurable and ConsistentRead against the controller's leader."""
+        log = lrep.log
+        end = self.committed_end
+        if end:
+            m = first_mismatch(log.runs, log.leo, self.committed, end, end)
+            if m is not None:
+                self.violation(p, "LeaderCompleteness",
+                               f"leader {lrep.broker} (epoch {p.leader_epoch}) lacks committed offset {m} "
+                               f"(true HWM {end}, leader LEO {log.leo})")
+                self.violation(p, "HighWatermarkMonotonic",
+                               f"the true HWM fell from {end} to {m}: leader {lrep.broker} does not have the "
+                               f"records committed above {m}")
+                self.committed = runs_prefix(self.committed, m)
+                self.committed_end = m
+        if self.acked:
+            lost_total = 0
+            for ident, ranges in list(self.acked.items()):
+                keep = []
+                for s, e in ranges:
+                    k = _first_not(log, s, e, ident)
+                    if k is None:
+                        keep.append([s, e])
+                        continue
+                    lost = e - k
+                    lost_total += lost
+                    self.violation(p, "AckedRecordsDurable",
+                                   f"{lost} acknowledged acks=all record(s) at offsets [{k}, {e}) written as "
+                                   f"{_fmt(ident)} are not in leader {lrep.broker}'s log (LEO {log.leo}): lost")
+                    if k > s:
+                        keep.append([s, k])
+                if keep:
+                    self.acked[ident] = keep
+                else:
+                    del self.acked[ident]
+            self.lost_acked += lost_total
+        if self.consumed_end:
+            m = first_mismatch(log.runs, log.leo, self.consumed, self.consumed_end, self.consumed_end)
+            if m is not None:
+                self.violation(p, "ConsistentRead",
+                               f"offset {m} was read by a consumer as {_fmt(_ident(self.consumed, m))}; leader "
+                               f"{lrep.broker} now has {_fmt(log.identity_at(m))}")
+                self.consumed = runs_prefix(self.consumed, m)
+                self.consumed_end = m
+
+    def to_tuple(self):
+        return (self.committed, self.committed_end, self.consumed, self.consumed_end,
+                {k: v for k, v in self.acked.items()}, self.last_le, self.last_pe, self.lost_acked,
+                sorted(self.reported, key=repr))
+
+    @classmethod
+    def from_tuple(cls, t) -> "Invariants":
+        inv = cls()
+        inv.committed = [tuple(x) for x in t[0]]
+        inv.committed_end = t[1]
+        inv.consumed = [tuple(x) for x in t[2]]
+        inv.consumed_end = t[3]
+        inv.acked = {tuple(k): [list(r) for r in v] for k, v in t[4]}
+        inv.last_le, inv.last_pe, inv.lost_acked = t[5], t[6], t[7]
+        inv.reported = {tuple(x) for x in t[8]}
+        return inv
+
+
+def _ident(runs, offset):
+    ident = None
+    for s, e, inc in runs:
+        if s > offset:
+            break
+        ident = (e, inc)
+    return ident
+
+
+def _first_not(log, s: int, e: int, ident) -> int | None:
+    """First offset in [s, e) where `log` does not hold a record of identity `ident`."""
+    runs = log.runs
+    n = len(runs)
+    i = bisect_right(runs, (s, 1 << 62, 0)) - 1
+    if i < 0:
+        return s
+    off = s
+    while off < e:
+        if off >= log.leo or i >= n:
+            return off
+        _, ep, inc = runs[i]
+        if (ep, inc) != ident:
+            return off
+        off = runs[i + 1][0] if i + 1 < n else log.leo
+        i += 1
+    return None
+
+
+def _fmt(ident) -> str:
+    if ident is None:
+        return "missing"
+    e, inc = ident
+    return f"epoch {e}" + (f" (writer broker epoch {inc})" if inc else "")

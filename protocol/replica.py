@@ -1,0 +1,99 @@
+"""Broker-side state of one partition on one broker: its log, its materialized metadata,
+and -- while it leads -- Kafka's leader state (Partition.scala / Replica.scala)."""
+from __future__ import annotations
+
+from .log import ReplicaLog
+
+LEADER = "LEADER"
+FOLLOWER = "FOLLOWER"
+
+
+class FollowerState:
+    """The leader's view of one follower (Replica.scala ReplicaState)."""
+    __slots__ = ("leo", "last_fetch_ms", "last_caught_up_ms", "last_fetch_leader_leo", "broker_epoch")
+
+    def __init__(self, leo=-1, last_fetch_ms=None, last_caught_up_ms=None, last_fetch_leader_leo=-1,
+                 broker_epoch=None):
+        self.leo = leo
+        self.last_fetch_ms = last_fetch_ms          # None: no fetch in this leadership
+        self.last_caught_up_ms = last_caught_up_ms  # None: never caught up (B4: not 0)
+        self.last_fetch_leader_leo = last_fetch_leader_leo
+        self.broker_epoch = broker_epoch            # None: no fetch-carried epoch (B5)
+
+    def is_caught_up(self, leader_leo: int, now: int, lag_ms: int) -> bool:
+        """B4 ReplicaState.isCaughtUp."""
+        if self.leo == leader_leo:
+            return True
+        return self.last_caught_up_ms is not None and now - self.last_caught_up_ms <= lag_ms
+
+    def to_tuple(self):
+        return (self.leo, self.last_fetch_ms, self.last_caught_up_ms, self.last_fetch_leader_leo, self.broker_epoch)
+
+
+class Pending:
+    """B1 PendingExpandIsr / PendingShrinkIsr with its in-flight request."""
+    __slots__ = ("change", "proposed", "pid")
+
+    def __init__(self, change: str, proposed: tuple, pid: int):
+        self.change = change
+        self.proposed = proposed
+        self.pid = pid
+
+
+class Produce:
+    """An acks=all produce parked in purgatory (DelayedProduce)."""
+    __slots__ = ("seq", "ts", "required", "base", "records", "deadline", "epoch", "inc", "idx")
+
+    def __init__(self, seq, ts, required, base, records, deadline, epoch, inc, idx):
+        self.idx = idx
+        self.seq = seq
+        self.ts = ts
+        self.required = required
+        self.base = base
+        self.records = records
+        self.deadline = deadline
+        self.epoch = epoch
+        self.inc = inc
+
+    def to_tuple(self):
+        return (self.seq, self.ts, self.required, self.base, self.records, self.deadline, self.epoch, self.inc,
+                self.idx)
+
+
+class Replica:
+    __slots__ = (
+        "broker", "log",
+        # materialized metadata (what this broker applied last)
+        "md_seq", "role", "leader", "leader_epoch", "partition_epoch", "assignment", "md_isr", "md_lrs",
+        # leader state
+        "leso", "committed_isr", "maximal_isr", "pending", "followers", "purgatory",
+    )
+
+    def __init__(self, broker: int):
+        self.broker = broker
+        self.log = ReplicaLog()
+        self.reset_memory()
+
+    def reset_memory(self) -> None:
+        """What a process restart forgets: everything but the log."""
+        self.md_seq = -1
+        self.role = None
+        self.leader = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.assignment: tuple = ()
+        self.md_isr: tuple = ()
+        self.md_lrs = "RECOVERED"
+        self.clear_leader_state()
+
+    def clear_leader_state(self) -> None:
+        self.leso = None
+        self.committed_isr: tuple = ()
+        self.maximal_isr: tuple = ()
+        self.pending: Pending | None = None
+        self.followers: dict[int, FollowerState] = {}
+        self.purgatory: list[Produce] = []
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role == LEADER
