@@ -185,6 +185,17 @@ class Cluster:
     def drain(self) -> dict[str, list[dict]]:
         return self.out.drain()
 
+    def next_due(self) -> int | None:
+        """The earliest time a timer is due on any partition here (None: none pending)."""
+        best = None
+        far = 1 << 62
+        for p in self.partitions.values():
+            lo = p.tdone + 1
+            nt = p.next_timer([lo, lo, lo], far)
+            if nt is not None and (best is None or nt[0] < best):
+                best = nt[0]
+        return best
+
     # ------------------------------------------------------------------ lookups
     def _part(self, ev: dict) -> Partition:
         p = self.partitions.get((ev["topic"], ev["partition"]))
@@ -523,7 +534,7 @@ class Cluster:
                     p.resign(rep, "NETWORK_EXCEPTION")   # parked produces never get an answer
                 rep.reset_memory()
                 if not clean:
-                    p.unclean.add(b)
+                    p.unclean[b] = ev["seq"]
                 p.inv.dirty = True
             self.end(p)
 

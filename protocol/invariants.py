@@ -147,13 +147,13 @@ class Invariants:
                                        f"controller ISR {p.isr} + ELR {p.elr} is not within leader {leader}'s maximal "
                                        f"ISR {list(lrep.maximal_isr)}")
         # UncleanExclusion: a replica restarted after an unclean crash stays out until it caught up
-        for r in p.unclean:
+        for r, since in p.unclean.items():
             br = brokers.get(r)
             if br is None or not br.alive or not br.registered:
                 continue
             where = "leader" if r == leader else "ISR" if r in p.isr else "ELR" if r in p.elr else None
             if where:
-                key = ("UE", r, p.partition_epoch)
+                key = ("UE", r, since)
                 if key not in self.reported:
                     self.reported.add(key)
                     self.violation(p, "UncleanExclusion",
@@ -241,7 +241,7 @@ class Invariants:
         inv.committed_end = t[1]
         inv.consumed = [tuple(x) for x in t[2]]
         inv.consumed_end = t[3]
-        inv.acked = {tuple(k): [list(r) for r in v] for k, v in t[4]}
+        inv.acked = {tuple(k): [list(r) for r in v] for k, v in t[4].items()}
         inv.last_le, inv.last_pe, inv.lost_acked = t[5], t[6], t[7]
         inv.reported = {tuple(x) for x in t[8]}
         return inv

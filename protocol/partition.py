@@ -67,7 +67,7 @@ class Partition:
         self.idx = 0
         # invariant checker state
         self.inv = None
-        self.unclean: set[int] = set()   # replicas restarted after an unclean crash, not yet caught up
+        self.unclean: dict[int, int] = {}   # replica -> seq of its unclean crash, until it caught up
 
     # ------------------------------------------------------------------ helpers
     def emit(self, table: str, row: dict) -> None:
@@ -293,7 +293,7 @@ class Partition:
                                     "new_leader": self.leader, "election": kind, "reason": reason,
                                     "candidates": list(cands)})
             if kind in ("UNCLEAN", "LAST_KNOWN_ELR", "DESIGNATED"):
-                self.unclean.discard(self.leader)   # declared: the new leader's log is the truth now
+                self.unclean.pop(self.leader, None)   # declared: the new leader's log is the truth now
         self.inv.on_registration(self, info)
         self.publish()
 
@@ -600,7 +600,7 @@ class Partition:
             self.emit("alter_partition", dict(row, phase="ACCEPTED", error=err))
             if change == "EXPAND":
                 for r in ids:
-                    self.unclean.discard(r)   # caught up through the leader: proven
+                    self.unclean.pop(r, None)   # caught up through the leader: proven
             self.commit(rec, info, "AlterPartition", f"AlterPartition from leader {b}")
         else:
             self.emit("alter_partition", dict(row, phase="ACCEPTED", error=None))
