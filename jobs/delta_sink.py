@@ -1,0 +1,273 @@
+"""Writing output tables with delta-rs, each micro-batch exactly once.
+
+Layout: ``<tables_dir>/<table>/`` is one Delta table per entry of
+``schemas.tables.TABLES``.
+
+Idempotency (see research/spark_notes.md Q6): every write carries the Delta
+app transaction ``(app_id, batch_id)``. Before writing a table for batch N
+the sink reads that table's recorded ``transaction_version(app_id)`` and
+skips the table if it is >= N (delta-rs does not enforce monotonicity, so
+the guard is here). Each table is guarded independently, so a crash between
+two tables' commits is repaired by replaying the batch: tables that already
+have batch N skip it, the others write it. A table with no rows for a batch
+is not written at all (its replay has no rows either). ``progress`` is
+written last, so its row for batch N means every table has batch N.
+Single writer per (tables_dir, app_id) is assumed.
+
+``partition_state`` holds one row per (topic, partition); the sink keeps the
+full latest state in memory (loaded from the table on start), upserts each
+batch's changed partitions and overwrites the table, with the same guard.
+"""
+
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+import pyarrow as pa
+import pyarrow.dataset as pds
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
+
+from schemas.tables import TABLES, arrow_schema, rows_to_arrow
+
+
+class SinkError(Exception):
+    """A readable error about the tables directory or a table."""
+
+
+Rows = Union[list[dict], pa.Table]
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """The same type without view layouts (PySpark and many readers reject
+    string_view / binary_view / list_view)."""
+    if t == pa.string_view():
+        return pa.string()
+    if t == pa.binary_view():
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        vf = t.value_field
+        inner = pa.field(vf.name, _plain_type(vf.type), vf.nullable)
+        return pa.large_list(inner) if pa.types.is_large_list(t) else pa.list_(inner)
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain_type(f.type), f.nullable) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(
+            pa.field(t.key_field.name, _plain_type(t.key_type), False),
+            pa.field(t.item_field.name, _plain_type(t.item_type), t.item_field.nullable),
+        )
+    return t
+
+
+def plain_arrow(table) -> pa.Table:
+    """arro3 / pyarrow table -> pyarrow table without view types."""
+    if not isinstance(table, pa.Table):
+        table = pa.table(table)
+    schema = pa.schema([pa.field(f.name, _plain_type(f.type), f.nullable) for f in table.schema])
+    return table if schema == table.schema else table.cast(schema)
+
+
+def _to_arrow_table(dt: DeltaTable) -> pa.Table:
+    """The table's current snapshot, read with pyarrow over the active files.
+
+    Not dt.to_pyarrow_table() / to_pyarrow_dataset(): with deltalake 1.6.6
+    these scan through delta-rs's object store and the interpreter then
+    often aborts at exit ("terminate called without an active exception",
+    rc 134; delta-io/delta-rs#2184). Reading the log's active Parquet files
+    is exact for tables without deletion vectors or column mapping (delta-rs
+    writes neither); other tables fall back to delta-rs."""
+    proto = dt.protocol()
+    features = set(proto.reader_features or [])
+    if features & {"deletionVectors", "columnMapping"}:
+        return dt.to_pyarrow_table()
+    schema = pa.schema(dt.schema().to_arrow())
+    return pds.dataset(dt.file_uris(), format="parquet", schema=schema).to_table()
+
+
+def _ensure_dir(root: Path) -> None:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SinkError(f"cannot create tables directory {root}: {e.strerror or e}") from e
+    if not root.is_dir():
+        raise SinkError(f"tables directory {root} is not a directory")
+    probe = root / f".isrflow-write-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise SinkError(f"tables directory {root} is not writable: {e.strerror or e}") from e
+
+
+def _field_names(schema: pa.Schema) -> list[str]:
+    return list(schema.names)
+
+
+class DeltaSink:
+    """One Delta table per output table under `tables_dir`; commit() writes a
+    micro-batch to all of them exactly once."""
+
+    def __init__(self, tables_dir: str, app_id: str = "isrflow"):
+        self.root = Path(tables_dir)
+        self.app_id = app_id
+        _ensure_dir(self.root)
+        self._dts: dict[str, DeltaTable] = {}
+        for name in TABLES:
+            self._dts[name] = self._open_or_create(name)
+        self._state: dict[tuple, dict] = {}
+        for row in _to_arrow_table(self._dts["partition_state"]).to_pylist():
+            self._state[(row["topic"], row["partition"])] = row
+
+    # -- tables ------------------------------------------------------------
+    def table_path(self, name: str) -> str:
+        return str(self.root / name)
+
+    def _open_or_create(self, name: str) -> DeltaTable:
+        path = self.table_path(name)
+        want = arrow_schema(name)
+        try:
+            if DeltaTable.is_deltatable(path):
+                dt = DeltaTable(path)
+                have = pa.schema(dt.schema().to_arrow())
+                if _field_names(have) != _field_names(want):
+                    raise SinkError(
+                        f"table {name} at {path} has columns {_field_names(have)}, "
+                        f"expected {_field_names(want)}: it was written by another version; "
+                        f"use a fresh --tables directory"
+                    )
+                return dt
+            if os.path.exists(path) and os.listdir(path):
+                raise SinkError(f"{path} exists and is not a Delta table")
+            return DeltaTable.create(path, schema=want)
+        except SinkError:
+            raise
+        except Exception as e:
+            raise SinkError(f"cannot open or create table {name} at {path}: {e}") from e
+
+    def committed_batch(self, name: str) -> Optional[int]:
+        """The last batch id recorded in table `name` by this app (None: none)."""
+        return self._dts[name].transaction_version(self.app_id)
+
+    def _done(self, name: str, batch_id: int) -> bool:
+        v = self._dts[name].transaction_version(self.app_id)
+        return v is not None and v >= batch_id
+
+    def _to_arrow(self, name: str, rows: Rows) -> pa.Table:
+        if isinstance(rows, pa.Table):
+            want = arrow_schema(name)
+            try:
+                data = rows.select(want.names).cast(want)
+            except Exception as e:
+                raise SinkError(f"{name}: batch does not match the table schema: {e}") from e
+            for f in want:
+                if not f.nullable and data.column(f.name).null_count:
+                    raise SinkError(f"{name}.{f.name} is required but the batch has nulls in it")
+            return data
+        try:
+            return rows_to_arrow(name, rows)
+        except ValueError as e:
+            raise SinkError(str(e)) from e
+
+    def _write(self, name: str, data: pa.Table, batch_id: int, mode: str) -> None:
+        dt = self._dts[name]
+        props = CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+        try:
+            write_deltalake(dt, data, mode=mode, commit_properties=props)
+            dt.update_incremental()
+        except Exception as e:
+            raise SinkError(f"writing batch {batch_id} to table {name} at {self.table_path(name)} failed: {e}") from e
+
+    # -- the micro-batch ---------------------------------------------------
+    def commit(
+        self,
+        batch_id: int,
+        rows_by_table: dict[str, Rows],
+        partition_state: Optional[list[dict]] = None,
+    ) -> dict[str, int]:
+        """Append each table's rows of micro-batch `batch_id` exactly once and
+        upsert `partition_state` rows (by topic, partition).
+
+        Returns {table: rows written} (0 for tables skipped because they
+        already hold this batch, or that had no rows)."""
+        if batch_id < 0:
+            raise SinkError(f"batch id must be >= 0, got {batch_id}")
+        unknown = set(rows_by_table).difference(TABLES)
+        if unknown or "partition_state" in rows_by_table:
+            bad = sorted(unknown | ({"partition_state"} & set(rows_by_table)))
+            raise SinkError(
+                f"unknown table(s) {bad} in batch {batch_id} "
+                f"(partition_state goes in the partition_state argument)"
+            )
+        written: dict[str, int] = {}
+        order = [n for n in TABLES if n in rows_by_table and n != "progress"]
+        if partition_state is not None:
+            order.append("partition_state")
+        if "progress" in rows_by_table:
+            order.append("progress")
+        for name in order:
+            if name == "partition_state":
+                written[name] = self._commit_state(batch_id, partition_state)
+                continue
+            rows = rows_by_table[name]
+            n = rows.num_rows if isinstance(rows, pa.Table) else len(rows)
+            if n == 0 or self._done(name, batch_id):
+                written[name] = 0
+                continue
+            self._write(name, self._to_arrow(name, rows), batch_id, "append")
+            written[name] = n
+        return written
+
+    def _commit_state(self, batch_id: int, rows: list[dict]) -> int:
+        for r in rows:
+            self._state[(r["topic"], r["partition"])] = r
+        if not rows or self._done("partition_state", batch_id):
+            return 0
+        ordered = [self._state[k] for k in sorted(self._state)]
+        self._write("partition_state", self._to_arrow("partition_state", ordered), batch_id, "overwrite")
+        return len(ordered)
+
+    @property
+    def partition_state(self) -> dict[tuple, dict]:
+        """Latest partition_state row per (topic, partition), as committed."""
+        return self._state
+
+    def table(self, name: str) -> DeltaTable:
+        return self._dts[name]
+
+
+# -- reading -----------------------------------------------------------------
+
+
+def _open(tables_dir, name: str) -> DeltaTable:
+    path = os.path.join(str(tables_dir), name)
+    if not DeltaTable.is_deltatable(path):
+        raise SinkError(f"no Delta table {name!r} under {tables_dir}")
+    return DeltaTable(path)
+
+
+def read_table(tables_dir: str, name: str) -> pa.Table:
+    """The current content of one table as a pyarrow Table."""
+    return plain_arrow(_to_arrow_table(_open(tables_dir, name)))
+
+
+def list_tables(tables_dir: str) -> list[str]:
+    """Names of the Delta tables under tables_dir (sorted)."""
+    root = Path(tables_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and DeltaTable.is_deltatable(str(p)))
+
+
+def sql(tables_dir: str, query: str) -> pa.Table:
+    """Run a DataFusion SQL query over every table under tables_dir, each
+    registered under its name (``SELECT * FROM metadata_log ...``)."""
+    names = list_tables(tables_dir)
+    if not names:
+        raise SinkError(f"no Delta tables under {tables_dir}")
+    qb = QueryBuilder()
+    for name in names:
+        qb.register(name, DeltaTable(os.path.join(str(tables_dir), name)))
+    try:
+        result = qb.execute(query).read_all()
+    except Exception as e:
+        raise SinkError(f"SQL failed: {e}") from e
+    return plain_arrow(result)

@@ -1,0 +1,116 @@
+"""Shared type vocabulary and schema derivation for the pydantic models.
+
+Every column type used in `schemas.events` and `schemas.tables` is written
+once, as an ``Annotated`` alias carrying an :class:`Arrow` marker (the
+physical type) and its bounds. The Arrow and Spark schemas are derived from
+the models' annotations here, never written by hand.
+"""
+
+import types
+import typing
+from typing import Annotated, Any, Literal, Union
+
+import annotated_types as at
+import pyarrow as pa
+from pydantic import BaseModel
+
+
+class Arrow:
+    """Annotation marker: the Arrow (and hence Delta/Spark) type of a column."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type_: pa.DataType):
+        self.type = type_
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        return f"Arrow({self.type})"
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+# The two integer widths. Every integer column is one of these (plus bounds).
+Int = Annotated[int, Arrow(pa.int32()), at.Ge(INT32_MIN), at.Le(INT32_MAX)]
+Long = Annotated[int, Arrow(pa.int64()), at.Ge(INT64_MIN), at.Le(INT64_MAX)]
+
+
+def unwrap(annotation: Any) -> tuple[Any, list, bool]:
+    """Strip ``Optional`` and ``Annotated`` layers.
+
+    Returns (base type, flattened metadata list, nullable)."""
+    meta: list = []
+    nullable = False
+    tp = annotation
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            args = typing.get_args(tp)
+            tp = args[0]
+            meta.extend(args[1:])
+            continue
+        if origin is Union or origin is types.UnionType:
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != len(typing.get_args(tp)):
+                nullable = True
+            if len(args) != 1:
+                raise TypeError(f"unsupported union annotation {annotation!r}")
+            tp = args[0]
+            continue
+        return tp, meta, nullable
+
+
+def field_annotation(field_info) -> Any:
+    """Re-attach the metadata pydantic moved off a FieldInfo's annotation."""
+    if field_info.metadata:
+        return Annotated[(field_info.annotation, *field_info.metadata)]
+    return field_info.annotation
+
+
+def arrow_type_of(annotation: Any) -> tuple[pa.DataType, bool]:
+    """(Arrow type, nullable) of a model field annotation."""
+    tp, meta, nullable = unwrap(annotation)
+    for m in meta:
+        if isinstance(m, Arrow):
+            return m.type, nullable
+    origin = typing.get_origin(tp)
+    if tp is str:
+        return pa.string(), nullable
+    if tp is bool:
+        return pa.bool_(), nullable
+    if origin is Literal:
+        vals = typing.get_args(tp)
+        if all(isinstance(v, str) for v in vals):
+            return pa.string(), nullable
+        raise TypeError(f"unsupported Literal {tp!r}")
+    if origin is list:
+        (elem,) = typing.get_args(tp)
+        et, _ = arrow_type_of(elem)
+        return pa.list_(et), nullable
+    if origin is dict:
+        k, v = typing.get_args(tp)
+        kt, _ = arrow_type_of(k)
+        vt, _ = arrow_type_of(v)
+        return pa.map_(kt, vt), nullable
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return pa.struct(list(model_arrow_schema(tp))), nullable
+    if tp is int:
+        raise TypeError("bare int annotation: use schemas._derive.Int or Long")
+    raise TypeError(f"no Arrow type for annotation {annotation!r}")
+
+
+def model_arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """Arrow schema of a model: one field per model field, in declaration
+    order; a field is nullable iff its annotation admits None."""
+    fields = []
+    for name, fi in model.model_fields.items():
+        t, nullable = arrow_type_of(field_annotation(fi))
+        fields.append(pa.field(name, t, nullable=nullable))
+    return pa.schema(fields)
+
+
+def spark_schema_from_arrow(schema: pa.Schema):
+    """pyspark StructType for an Arrow schema (pyspark imported lazily)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(schema)

@@ -1,0 +1,720 @@
+"""Input events: the one source of truth (SPEC section 2).
+
+* ``EventColumns`` is the wide row: every input column with its type.
+  ``EVENT_ARROW_SCHEMA`` / ``event_spark_schema()`` are derived from it.
+* One pydantic model per event type (``EVENT_MODELS``) says which columns
+  the type uses, which are required, and their bounds. Cross-column rules
+  live in each model's ``cross_check`` (shared by pydantic and the fast
+  path).
+* ``validate(row)`` is the hot-path validator. It is *compiled* at import
+  time from the models' field metadata (required, type, bounds, enum
+  values, defaults) into one small Python function per event type, so it
+  cannot drift from the models; ``parse_event(row)`` is the pydantic path.
+
+Conventions shared by both paths:
+* a null column is the same as an absent one (Parquet rows carry every
+  column): a null required column is "missing", a null optional column
+  takes the model default;
+* columns a type does not use are ignored and come out as None;
+* values are strict: an integer column takes a JSON integer (not "3", not
+  3.0, not true); ``epoch_start_offsets`` keys may be integer strings
+  ("5", as JSON must write them) and map columns may arrive as Arrow's
+  list of (key, value) pairs; ``config`` values are turned into strings
+  (booleans as ``true``/``false``).
+"""
+
+import re
+import typing
+from typing import Annotated, Any, Literal, Optional
+
+import annotated_types as at
+import pyarrow as pa
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from schemas._derive import (
+    Arrow,
+    Int,
+    Long,
+    arrow_type_of,
+    field_annotation,
+    model_arrow_schema,
+    spark_schema_from_arrow,
+    unwrap,
+)
+
+# --------------------------------------------------------------------------
+# Normalizers / shared rule functions (used by pydantic AND the fast path)
+# --------------------------------------------------------------------------
+
+_INT_STR = re.compile(r"-?[0-9]+\Z")
+
+
+def _pairs(v: Any, what: str):
+    if isinstance(v, dict):
+        return v.items()
+    if isinstance(v, list):
+        for item in v:
+            if not (isinstance(item, (tuple, list)) and len(item) == 2):
+                raise ValueError(f"must be a map ({what}), got a list element {_fmt(item)}")
+        return v
+    raise ValueError(f"must be a map ({what}), got {type(v).__name__} {_fmt(v)}")
+
+
+def normalize_epoch_start_offsets(v: Any) -> Any:
+    """JSON object {"5": 120} or Arrow [(5, 120)] -> {5: 120}."""
+    out = {}
+    for k, val in _pairs(v, "leader epoch -> start offset"):
+        if type(k) is str:
+            if not _INT_STR.match(k):
+                raise ValueError(f"key {k!r} is not an integer leader epoch")
+            k = int(k)
+        elif type(k) is not int:
+            raise ValueError(f"key {_fmt(k)} is not an integer leader epoch")
+        if k in out:
+            raise ValueError(f"leader epoch {k} appears twice")
+        out[k] = val
+    return out
+
+
+def normalize_config(v: Any) -> Any:
+    """Config map: keys strings, values strings (bool -> true/false), null kept."""
+    out = {}
+    for k, val in _pairs(v, "config name -> value"):
+        if type(k) is not str or not k:
+            raise ValueError(f"config name {_fmt(k)} is not a non-empty string")
+        if val is None or type(val) is str:
+            pass
+        elif type(val) is bool:
+            val = "true" if val else "false"
+        elif type(val) in (int, float):
+            val = str(val)
+        else:
+            raise ValueError(f"config {k!r} value {_fmt(val)} is not a string or number")
+        out[k] = val
+    return out
+
+
+def _unique(v: list) -> list:
+    if len(set(v)) != len(v):
+        raise ValueError(f"{v} has duplicate broker ids")
+    return v
+
+
+UNIQUE = AfterValidator(_unique)
+
+# --------------------------------------------------------------------------
+# Column type vocabulary (each written once)
+# --------------------------------------------------------------------------
+
+TsMs = Annotated[Long, at.Ge(0)]
+Topic = Annotated[str, at.MinLen(1)]
+PartitionId = Annotated[Int, at.Ge(0)]
+BrokerId = Annotated[Int, at.Ge(0)]
+LeaderId = Annotated[Int, at.Ge(-1)]  # -1: no leader
+Epoch = Annotated[Int, at.Ge(0)]  # leader_epoch / partition_epoch of a record
+RequestEpoch = Annotated[Int, at.Ge(-1)]  # epochs a request carries (-1: unknown)
+BrokerEpoch = Annotated[Long, at.Ge(0)]
+PrevBrokerEpoch = Annotated[Long, at.Ge(-1)]  # -1: unclean shutdown
+Offset = Annotated[Long, at.Ge(0)]
+Records = Annotated[Int, at.Ge(1)]
+Acks = Int  # any integer is a valid request; the protocol answers INVALID_REQUIRED_ACKS
+BrokerIds = Annotated[list[BrokerId], UNIQUE]
+NonEmptyBrokerIds = Annotated[list[BrokerId], at.MinLen(1), UNIQUE]
+OffsetSpec = Literal["LATEST", "EARLIEST"]
+Isolation = Literal["READ_UNCOMMITTED", "READ_COMMITTED"]
+ElectionType = Literal["PREFERRED", "UNCLEAN", "DESIGNATED"]
+RecoveryState = Literal["RECOVERED", "RECOVERING"]
+Config = Annotated[dict[str, Optional[str]], BeforeValidator(normalize_config)]
+EpochStartOffsets = Annotated[dict[Epoch, Offset], BeforeValidator(normalize_epoch_start_offsets)]
+
+_STRICT = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class EventColumns(BaseModel):
+    """The wide input row: every column of the stream, in schema order.
+    Only ``seq``, ``ts_ms`` and ``type`` are non-nullable."""
+
+    model_config = _STRICT
+
+    seq: Long
+    ts_ms: TsMs
+    type: str
+    topic: Optional[Topic] = None
+    partition: Optional[PartitionId] = None
+    broker: Optional[BrokerId] = None
+    offset_spec: Optional[OffsetSpec] = None
+    isolation: Optional[Isolation] = None
+    broker_epoch: Optional[BrokerEpoch] = None
+    previous_broker_epoch: Optional[PrevBrokerEpoch] = None
+    replicas: Optional[BrokerIds] = None
+    records: Optional[Records] = None
+    acks: Optional[Acks] = None
+    target: Optional[BrokerId] = None
+    fetch_offset: Optional[Offset] = None
+    last_fetched_epoch: Optional[RequestEpoch] = None
+    current_leader_epoch: Optional[RequestEpoch] = None
+    log_end_offset: Optional[Offset] = None
+    up_to_seq: Optional[Offset] = None
+    election_type: Optional[ElectionType] = None
+    clean: Optional[bool] = None
+    config: Optional[Config] = None
+    isr: Optional[BrokerIds] = None
+    elr: Optional[BrokerIds] = None
+    last_known_elr: Optional[BrokerIds] = None
+    leader: Optional[LeaderId] = None
+    leader_epoch: Optional[Epoch] = None
+    partition_epoch: Optional[Epoch] = None
+    leader_recovery_state: Optional[RecoveryState] = None
+    epoch_start_offsets: Optional[EpochStartOffsets] = None
+    hwm: Optional[Offset] = None
+
+
+# --------------------------------------------------------------------------
+# One model per event type
+# --------------------------------------------------------------------------
+
+
+class EventBase(BaseModel):
+    """Common columns. Subclasses narrow ``type`` to their name and
+    redeclare topic/partition/broker as required where the type needs them."""
+
+    model_config = _STRICT
+
+    seq: Long
+    ts_ms: TsMs
+    type: str
+    topic: Optional[Topic] = None
+    partition: Optional[PartitionId] = None
+    broker: Optional[BrokerId] = None
+
+    @classmethod
+    def cross_check(cls, d: dict) -> Optional[str]:
+        """Cross-column rule over the validated values; a reason or None."""
+        return None
+
+    @model_validator(mode="after")
+    def _cross_columns(self):
+        reason = type(self).cross_check(self.__dict__)
+        if reason:
+            raise ValueError(reason)
+        return self
+
+
+class PartitionEvent(EventBase):
+    topic: Topic
+    partition: PartitionId
+
+
+class BrokerEvent(EventBase):
+    broker: BrokerId
+
+
+class PartitionBrokerEvent(PartitionEvent):
+    broker: BrokerId
+
+
+# Control plane ---------------------------------------------------------------
+
+
+class CreatePartition(PartitionEvent):
+    type: Literal["CreatePartition"]
+    replicas: NonEmptyBrokerIds
+    config: Optional[Config] = None
+
+
+class AlterConfig(EventBase):
+    type: Literal["AlterConfig"]
+    topic: Topic
+    partition: Optional[PartitionId] = None  # null: every partition of the topic
+    config: Config
+
+
+class BrokerRegister(BrokerEvent):
+    type: Literal["BrokerRegister"]
+    broker_epoch: BrokerEpoch
+    previous_broker_epoch: PrevBrokerEpoch
+
+
+class BrokerUnfence(BrokerEvent):
+    type: Literal["BrokerUnfence"]
+
+
+class BrokerFence(BrokerEvent):
+    type: Literal["BrokerFence"]
+
+
+class BrokerControlledShutdown(BrokerEvent):
+    type: Literal["BrokerControlledShutdown"]
+
+
+class Reassign(PartitionEvent):
+    type: Literal["Reassign"]
+    replicas: Optional[NonEmptyBrokerIds] = None  # null: cancel
+
+
+class ElectLeaders(PartitionEvent):
+    type: Literal["ElectLeaders"]
+    election_type: ElectionType
+    target: Optional[BrokerId] = None
+
+    @classmethod
+    def cross_check(cls, d):
+        if d["election_type"] == "DESIGNATED" and d["target"] is None:
+            return "election_type DESIGNATED needs a target broker"
+        return None
+
+
+class PartitionRecord(PartitionEvent):
+    type: Literal["PartitionRecord"]
+    replicas: NonEmptyBrokerIds
+    isr: BrokerIds
+    elr: BrokerIds = Field(default_factory=list)
+    last_known_elr: BrokerIds = Field(default_factory=list)
+    leader: LeaderId
+    leader_epoch: Epoch
+    partition_epoch: Epoch
+    leader_recovery_state: RecoveryState = "RECOVERED"
+    config: Optional[Config] = None
+
+    @classmethod
+    def cross_check(cls, d):
+        replicas = d["replicas"]
+        for col in ("isr", "elr", "last_known_elr"):
+            extra = [b for b in d[col] if b not in replicas]
+            if extra:
+                return f"{col} {d[col]} has brokers {extra} that are not in replicas {replicas}"
+        if d["leader"] != -1 and d["leader"] not in replicas:
+            return f"leader {d['leader']} is not in replicas {replicas}"
+        return None
+
+
+class ReplicaSnapshot(PartitionBrokerEvent):
+    type: Literal["ReplicaSnapshot"]
+    epoch_start_offsets: EpochStartOffsets
+    log_end_offset: Offset
+    hwm: Offset
+
+    @classmethod
+    def cross_check(cls, d):
+        leo = d["log_end_offset"]
+        if d["hwm"] > leo:
+            return f"hwm {d['hwm']} is above log_end_offset {leo}"
+        prev = None
+        for epoch in sorted(d["epoch_start_offsets"]):
+            start = d["epoch_start_offsets"][epoch]
+            if start > leo:
+                return f"epoch_start_offsets: epoch {epoch} starts at {start}, above log_end_offset {leo}"
+            if prev is not None and start < prev[1]:
+                return (
+                    f"epoch_start_offsets: epoch {epoch} starts at {start}, "
+                    f"before epoch {prev[0]} (at {prev[1]})"
+                )
+            prev = (epoch, start)
+        return None
+
+
+# Environment -----------------------------------------------------------------
+
+
+class BrokerCrash(BrokerEvent):
+    type: Literal["BrokerCrash"]
+    clean: bool
+
+
+class ReplicaLogLoss(PartitionBrokerEvent):
+    type: Literal["ReplicaLogLoss"]
+    log_end_offset: Offset
+
+
+# Message delivery ------------------------------------------------------------
+
+
+class AlterPartitionArrive(PartitionEvent):
+    type: Literal["AlterPartitionArrive"]
+
+
+class AlterPartitionResponse(PartitionEvent):
+    type: Literal["AlterPartitionResponse"]
+
+
+class MetadataSync(BrokerEvent):
+    type: Literal["MetadataSync"]
+    up_to_seq: Optional[Offset] = None  # null: everything committed so far
+
+
+# Data plane ------------------------------------------------------------------
+
+
+class Produce(PartitionBrokerEvent):
+    type: Literal["Produce"]
+    records: Records
+    acks: Acks
+
+
+class Fetch(PartitionBrokerEvent):
+    type: Literal["Fetch"]
+    target: Optional[BrokerId] = None
+    broker_epoch: Optional[BrokerEpoch] = None
+    fetch_offset: Optional[Offset] = None
+    last_fetched_epoch: Optional[RequestEpoch] = None
+    current_leader_epoch: Optional[RequestEpoch] = None
+
+
+class Tick(EventBase):
+    type: Literal["Tick"]
+    broker: Optional[BrokerId] = None  # null: every broker
+
+
+class ListOffsets(PartitionBrokerEvent):
+    type: Literal["ListOffsets"]
+    offset_spec: OffsetSpec
+    isolation: Optional[Isolation] = None  # null: READ_UNCOMMITTED
+    current_leader_epoch: Optional[RequestEpoch] = None
+
+
+class ConsumerFetch(PartitionBrokerEvent):
+    type: Literal["ConsumerFetch"]
+    fetch_offset: Offset
+    current_leader_epoch: Optional[RequestEpoch] = None
+
+
+EVENT_MODELS: dict[str, type[EventBase]] = {
+    m.__name__: m
+    for m in (
+        CreatePartition,
+        AlterConfig,
+        BrokerRegister,
+        BrokerUnfence,
+        BrokerFence,
+        BrokerControlledShutdown,
+        Reassign,
+        ElectLeaders,
+        PartitionRecord,
+        ReplicaSnapshot,
+        BrokerCrash,
+        ReplicaLogLoss,
+        AlterPartitionArrive,
+        AlterPartitionResponse,
+        MetadataSync,
+        Produce,
+        Fetch,
+        Tick,
+        ListOffsets,
+        ConsumerFetch,
+    )
+}
+EVENT_TYPES: tuple[str, ...] = tuple(EVENT_MODELS)
+
+# Event types that address one partition (topic + partition required).
+PARTITION_EVENT_TYPES = frozenset(
+    n for n, m in EVENT_MODELS.items() if m.model_fields["partition"].is_required()
+)
+
+# --------------------------------------------------------------------------
+# Derived schemas
+# --------------------------------------------------------------------------
+
+EVENT_ARROW_SCHEMA: pa.Schema = model_arrow_schema(EventColumns)
+EVENT_COLUMNS: tuple[str, ...] = tuple(EVENT_ARROW_SCHEMA.names)
+
+
+def event_spark_schema():
+    """pyspark StructType of the input stream (derived from EventColumns)."""
+    return spark_schema_from_arrow(EVENT_ARROW_SCHEMA)
+
+
+def _check_models_against_columns() -> None:
+    for name, model in EVENT_MODELS.items():
+        for col, fi in model.model_fields.items():
+            if col not in EVENT_ARROW_SCHEMA.names:
+                raise TypeError(f"{name}.{col} is not an input column")
+            want = EVENT_ARROW_SCHEMA.field(col).type
+            got, _ = arrow_type_of(field_annotation(fi))
+            if col != "type" and got != want:
+                raise TypeError(f"{name}.{col} is {got}, input column is {want}")
+
+
+_check_models_against_columns()
+
+# --------------------------------------------------------------------------
+# Pydantic path
+# --------------------------------------------------------------------------
+
+
+def parse_event(row: dict) -> EventBase:
+    """Validate a raw row with pydantic. Raises pydantic.ValidationError or
+    ValueError (unknown/missing type)."""
+    clean = {k: v for k, v in row.items() if v is not None}
+    t = clean.get("type")
+    model = EVENT_MODELS.get(t) if type(t) is str else None
+    if model is None:
+        raise ValueError(f"unknown event type {t!r}")
+    return model.model_validate(clean)
+
+
+def event_to_dict(ev: EventBase) -> dict:
+    """Model -> normalized event dict with exactly EVENT_COLUMNS as keys."""
+    d = ev.model_dump()
+    return {c: d.get(c) for c in EVENT_COLUMNS}
+
+
+# --------------------------------------------------------------------------
+# Fast path: compiled from the models
+# --------------------------------------------------------------------------
+
+
+def _fmt(v: Any) -> str:
+    r = repr(v)
+    if len(r) > 60:
+        r = r[:57] + "..."
+    return f"{type(v).__name__} {r}"
+
+
+def _type_err(label: str, v: Any, expected: str) -> str:
+    return f"{label} must be {expected}, got {_fmt(v)}"
+
+
+def _lo_err(label: str, v: Any, lo: int) -> str:
+    if lo == 0:
+        return f"{label} {v} is negative"
+    return f"{label} {v} must be >= {lo}"
+
+
+def _hi_err(label: str, v: Any, hi: int) -> str:
+    return f"{label} {v} must be <= {hi}"
+
+
+def _int_err(label: str, v: Any, lo: int, hi: int) -> str:
+    if type(v) is not int:
+        return _type_err(label, v, "an integer")
+    if v < lo:
+        return _lo_err(label, v, lo)
+    return _hi_err(label, v, hi)
+
+
+class _Spec:
+    """What the compiler needs to know about one (possibly nested) value."""
+
+    def __init__(self, annotation: Any):
+        tp, meta, self.nullable = unwrap(annotation)
+        self.kind = None
+        self.lo = self.hi = None
+        self.min_len = None
+        self.unique = False
+        self.choices = None
+        self.normalizer = None
+        self.elem = self.key = self.value = None
+        for m in meta:
+            if isinstance(m, at.Ge):
+                self.lo = m.ge if self.lo is None else max(self.lo, m.ge)
+            elif isinstance(m, at.Le):
+                self.hi = m.le if self.hi is None else min(self.hi, m.le)
+            elif isinstance(m, at.MinLen):
+                self.min_len = m.min_length
+            elif m is UNIQUE:
+                self.unique = True
+            elif isinstance(m, BeforeValidator):
+                self.normalizer = m.func
+            elif isinstance(m, Arrow):
+                pass
+            else:
+                raise TypeError(f"fast validator: unsupported metadata {m!r} in {annotation!r}")
+        origin = typing.get_origin(tp)
+        if tp is int:
+            self.kind = "int"
+        elif tp is str:
+            self.kind = "str"
+        elif tp is bool:
+            self.kind = "bool"
+        elif origin is Literal:
+            self.kind = "lit"
+            self.choices = typing.get_args(tp)
+        elif origin is list:
+            self.kind = "list"
+            self.elem = _Spec(typing.get_args(tp)[0])
+        elif origin is dict:
+            self.kind = "map"
+            k, v = typing.get_args(tp)
+            self.key, self.value = _Spec(k), _Spec(v)
+        else:
+            raise TypeError(f"fast validator: unsupported type {annotation!r}")
+
+
+class _Gen:
+    def __init__(self, tname: str):
+        self.tname = tname
+        self.lines: list[str] = []
+        self.ns: dict[str, Any] = {
+            "_type_err": _type_err,
+            "_lo_err": _lo_err,
+            "_hi_err": _hi_err,
+            "_int_err": _int_err,
+            "_fmt": _fmt,
+        }
+        self.n = 0
+        self.prefix = f'f"{tname} row seq {{seq}}: "'
+
+    def const(self, value: Any) -> str:
+        self.n += 1
+        name = f"_c{self.n}"
+        self.ns[name] = value
+        return name
+
+    def fail(self, ind: str, msg_expr: str) -> None:
+        self.lines.append(f"{ind}    return None, {self.prefix} + {msg_expr}")
+
+    def check(self, spec: _Spec, var: str, label_expr: str, ind: str) -> None:
+        """Emit checks of non-None value `var` against spec (may rebind var)."""
+        L = self.lines
+        k = spec.kind
+        if k == "int":
+            # one chained test on the happy path; the message is worked out
+            # only on failure
+            lo, hi = spec.lo, spec.hi
+            if lo is None or hi is None:
+                raise TypeError("fast validator: integers need both bounds (use Int or Long)")
+            L.append(f"{ind}if type({var}) is not int or not ({lo} <= {var} <= {hi}):")
+            self.fail(ind, f"_int_err({label_expr}, {var}, {lo}, {hi})")
+        elif k == "str":
+            L.append(f"{ind}if type({var}) is not str:")
+            self.fail(ind, f"_type_err({label_expr}, {var}, 'a string')")
+            if spec.min_len:
+                L.append(f"{ind}if len({var}) < {spec.min_len}:")
+                self.fail(ind, f"{label_expr} + ' must not be empty'")
+        elif k == "bool":
+            L.append(f"{ind}if type({var}) is not bool:")
+            self.fail(ind, f"_type_err({label_expr}, {var}, 'true or false')")
+        elif k == "lit":
+            choices = self.const(frozenset(spec.choices))
+            text = ", ".join(spec.choices)
+            L.append(f"{ind}if type({var}) is not str or {var} not in {choices}:")
+            self.fail(ind, f"{label_expr} + ' ' + repr({var}) + ' must be one of {text}'")
+        elif k == "list":
+            L.append(f"{ind}if type({var}) is not list:")
+            self.fail(ind, f"_type_err({label_expr}, {var}, 'a list')")
+            ev = f"{var}_e"
+            L.append(f"{ind}for {ev} in {var}:")
+            if spec.elem.kind != "int":
+                raise TypeError("fast validator: only lists of integers are supported")
+            self.check(spec.elem, ev, f"{label_expr} + ' element'", ind + "    ")
+            if spec.min_len:
+                L.append(f"{ind}if len({var}) < {spec.min_len}:")
+                self.fail(ind, f"{label_expr} + ' must not be empty'")
+            if spec.unique:
+                L.append(f"{ind}if len(set({var})) != len({var}):")
+                self.fail(ind, f"{label_expr} + ' ' + str({var}) + ' has duplicate broker ids'")
+        elif k == "map":
+            if spec.normalizer is not None:
+                fn = self.const(spec.normalizer)
+                L.append(f"{ind}try:")
+                L.append(f"{ind}    {var} = {fn}({var})")
+                L.append(f"{ind}except ValueError as _exc:")
+                L.append(f"{ind}    return None, {self.prefix} + {label_expr} + ' ' + str(_exc)")
+            else:
+                L.append(f"{ind}if type({var}) is not dict:")
+                self.fail(ind, f"_type_err({label_expr}, {var}, 'a map')")
+            kv, vv = f"{var}_k", f"{var}_v"
+            L.append(f"{ind}for {kv}, {vv} in {var}.items():")
+            self.check(spec.key, kv, f"{label_expr} + ' key'", ind + "    ")
+            if spec.value.nullable:
+                L.append(f"{ind}    if {vv} is not None:")
+                self.check(spec.value, vv, f"{label_expr} + '[' + repr({kv}) + ']'", ind + "        ")
+            else:
+                L.append(f"{ind}    if {vv} is None:")
+                self.fail(ind + "    ", f"{label_expr} + '[' + repr({kv}) + '] is null'")
+                self.check(spec.value, vv, f"{label_expr} + '[' + repr({kv}) + ']'", ind + "    ")
+        else:  # pragma: no cover
+            raise TypeError(k)
+
+
+def _compile(tname: str, model: type[EventBase]):
+    g = _Gen(tname)
+    L = g.lines
+    L.append("def _validate(row, seq):")
+    L.append("    get = row.get")
+    out_vars: dict[str, str] = {}
+    for col, fi in model.model_fields.items():
+        if col in ("seq", "type"):
+            continue  # checked by the dispatcher
+        spec = _Spec(field_annotation(fi))
+        var = f"v_{col}"
+        out_vars[col] = var
+        label = repr(col)
+        L.append(f"    {var} = get({label})")
+        if fi.is_required():
+            L.append(f"    if {var} is None:")
+            L.append(f"        return None, {g.prefix} + \"missing required column '{col}'\"")
+            g.check(spec, var, label, "    ")
+        else:
+            L.append(f"    if {var} is not None:")
+            g.check(spec, var, label, "        ")
+            if fi.default_factory is not None:
+                L.append("    else:")
+                L.append(f"        {var} = {g.const(fi.default_factory)}()")
+            elif fi.default is not None:
+                L.append("    else:")
+                L.append(f"        {var} = {g.const(fi.default)}")
+    # copy of an all-None row, then this type's columns (much cheaper than a
+    # 31-key dict display)
+    L.append(f"    out = {g.const(dict.fromkeys(EVENT_COLUMNS))}.copy()")
+    L.append("    out['seq'] = seq")
+    L.append(f"    out['type'] = {tname!r}")
+    for c, var in out_vars.items():
+        L.append(f"    out[{c!r}] = {var}")
+    if model.cross_check.__func__ is not EventBase.cross_check.__func__:
+        cc = g.const(model.cross_check)
+        L.append(f"    reason = {cc}(out)")
+        L.append("    if reason:")
+        L.append(f"        return None, {g.prefix} + reason")
+    L.append("    return out, None")
+    src = "\n".join(L)
+    exec(compile(src, f"<validate {tname}>", "exec"), g.ns)
+    fn = g.ns["_validate"]
+    fn.__source__ = src
+    return fn
+
+
+_VALIDATORS = {name: _compile(name, m) for name, m in EVENT_MODELS.items()}
+_SEQ = _Spec(field_annotation(EventBase.model_fields["seq"]))
+_SEQ_LO, _SEQ_HI = _SEQ.lo, _SEQ.hi
+_TYPES_TEXT = ", ".join(EVENT_TYPES)
+
+
+def validate(row: dict) -> tuple[Optional[dict], Optional[str]]:
+    """Hot-path validation of one raw row.
+
+    Returns (normalized event dict, None) — keys exactly EVENT_COLUMNS — or
+    (None, human-readable reason)."""
+    seq = row.get("seq")
+    if type(seq) is not int or seq < _SEQ_LO or seq > _SEQ_HI:
+        t = row.get("type")
+        what = f" ({t} row)" if type(t) is str else ""
+        if seq is None:
+            return None, f"row without seq{what}: missing required column 'seq'"
+        if type(seq) is not int:
+            return None, f"row without seq{what}: " + _type_err("seq", seq, "an integer")
+        return None, f"row without seq{what}: seq {seq} is out of range"
+    t = row.get("type")
+    fn = _VALIDATORS.get(t) if type(t) is str else None
+    if fn is None:
+        if t is None:
+            return None, f"row seq {seq}: missing required column 'type'"
+        return None, f"row seq {seq}: unknown event type {t!r} (expected one of {_TYPES_TEXT})"
+    return fn(row, seq)
+
+
+def validate_table(table: pa.Table) -> tuple[list[dict], list[tuple[dict, str]]]:
+    """Validate an Arrow table of raw rows (column-wise extraction, then the
+    compiled per-row checks). Returns (valid events, [(raw row, reason)])."""
+    names = table.column_names
+    cols = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    good: list[dict] = []
+    bad: list[tuple[dict, str]] = []
+    for vals in zip(*cols):
+        raw = dict(zip(names, vals))
+        ev, reason = validate(raw)
+        if ev is None:
+            bad.append((raw, reason))
+        else:
+            good.append(ev)
+    return good, bad

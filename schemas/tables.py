@@ -1,0 +1,254 @@
+"""Output rows: one pydantic model per Delta table (SPEC section 3).
+
+The Arrow and Spark schemas are derived from the models. A field is
+nullable iff its annotation admits None: the common columns topic,
+partition, seq, idx, ts_ms are required on the partition tables, nullable in
+``rejected`` (a malformed row may have none of them); ``progress`` (one row
+per micro-batch) has no common columns.
+
+Writing rows: ``rows_to_arrow(table, rows)`` builds the Arrow table column by
+column (no per-row pydantic); the models are for documentation, tests and
+occasional validation (``TABLES[name].model_validate(row)``).
+"""
+
+from typing import Optional
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from schemas._derive import Int, Long, model_arrow_schema, spark_schema_from_arrow
+
+BrokerList = list[Int]
+
+_CFG = ConfigDict(extra="forbid")
+
+
+class PartitionRow(BaseModel):
+    """Common columns of every partition table."""
+
+    model_config = _CFG
+
+    topic: str
+    partition: Int
+    seq: Long  # the input event that caused the row
+    idx: Int  # order among the rows one event caused in one partition
+    ts_ms: Long
+
+
+class MetadataLog(PartitionRow):
+    partition_epoch: Optional[Int] = None
+    leader_epoch: Optional[Int] = None
+    leader: Optional[Int] = None  # -1: none
+    replicas: Optional[BrokerList] = None
+    isr: Optional[BrokerList] = None
+    elr: Optional[BrokerList] = None
+    last_known_elr: Optional[BrokerList] = None
+    adding: Optional[BrokerList] = None
+    removing: Optional[BrokerList] = None
+    leader_recovery_state: Optional[str] = None  # RECOVERED / RECOVERING
+    cause: Optional[str] = None  # event type or AlterPartition
+
+
+class Elections(PartitionRow):
+    leader_epoch: Optional[Int] = None
+    old_leader: Optional[Int] = None
+    new_leader: Optional[Int] = None  # -1: none
+    election: Optional[str] = None  # ISR ELR LAST_KNOWN_ELR UNCLEAN PREFERRED DESIGNATED NONE
+    reason: Optional[str] = None
+    candidates: Optional[BrokerList] = None
+
+
+class AlterPartition(PartitionRow):
+    leader: Optional[Int] = None
+    leader_epoch: Optional[Int] = None
+    partition_epoch: Optional[Int] = None
+    change: Optional[str] = None  # EXPAND / SHRINK
+    proposed_isr: Optional[BrokerList] = None
+    maximal_isr: Optional[BrokerList] = None
+    phase: Optional[str] = None  # PROPOSED ACCEPTED REJECTED APPLIED ROLLED_BACK IGNORED
+    error: Optional[str] = None
+
+
+class Hwm(PartitionRow):
+    broker: Optional[Int] = None
+    leader_epoch: Optional[Int] = None
+    old_hwm: Optional[Long] = None
+    new_hwm: Optional[Long] = None
+    trigger: Optional[str] = None
+
+
+class ProduceRow(PartitionRow):
+    broker: Optional[Int] = None
+    acks: Optional[Int] = None
+    records: Optional[Int] = None
+    base_offset: Optional[Long] = None  # null if not appended
+    leader_epoch: Optional[Int] = None
+    result: Optional[str] = None
+    result_seq: Optional[Long] = None
+    result_ts_ms: Optional[Long] = None
+
+
+class FetchRow(PartitionRow):
+    broker: Optional[Int] = None
+    target: Optional[Int] = None
+    fetch_offset: Optional[Long] = None
+    result: Optional[str] = None
+    diverging_epoch: Optional[Int] = None
+    diverging_end_offset: Optional[Long] = None
+    truncated_to: Optional[Long] = None
+    replica_leo: Optional[Long] = None
+    replica_hwm: Optional[Long] = None
+
+
+class ConsumerRow(PartitionRow):
+    broker: Optional[Int] = None
+    type: Optional[str] = None  # ListOffsets / ConsumerFetch
+    fetch_offset: Optional[Long] = None
+    result: Optional[str] = None
+    offset: Optional[Long] = None
+    records: Optional[Long] = None
+    hwm: Optional[Long] = None
+
+
+class Violation(PartitionRow):
+    invariant: Optional[str] = None
+    detail: Optional[str] = None
+
+
+class AdminRow(BaseModel):
+    """Admin and controller requests; broker registrations and topic-wide AlterConfig have no
+    partition (and registrations no topic)."""
+
+    model_config = _CFG
+
+    topic: Optional[str] = None
+    partition: Optional[Int] = None
+    seq: Long
+    idx: Int
+    ts_ms: Long
+    type: Optional[str] = None
+    broker: Optional[Int] = None
+    result: Optional[str] = None
+    detail: Optional[str] = None
+
+
+class Rejected(BaseModel):
+    model_config = _CFG
+
+    topic: Optional[str] = None
+    partition: Optional[Int] = None
+    seq: Optional[Long] = None
+    idx: Int
+    ts_ms: Optional[Long] = None
+    raw: Optional[str] = None  # the input row as JSON
+    reason: Optional[str] = None
+
+
+class ReplicaState(BaseModel):
+    model_config = _CFG
+
+    broker: Optional[Int] = None
+    alive: Optional[bool] = None
+    fenced: Optional[bool] = None
+    broker_epoch: Optional[Long] = None
+    role: Optional[str] = None
+    leo: Optional[Long] = None
+    hwm: Optional[Long] = None
+    leader_epoch: Optional[Int] = None
+
+
+class PartitionState(PartitionRow):
+    leader: Optional[Int] = None
+    leader_epoch: Optional[Int] = None
+    partition_epoch: Optional[Int] = None
+    replicas: Optional[BrokerList] = None
+    isr: Optional[BrokerList] = None
+    elr: Optional[BrokerList] = None
+    last_known_elr: Optional[BrokerList] = None
+    adding: Optional[BrokerList] = None
+    removing: Optional[BrokerList] = None
+    leader_recovery_state: Optional[str] = None
+    leader_hwm: Optional[Long] = None
+    leader_leo: Optional[Long] = None
+    leader_leso: Optional[Long] = None
+    maximal_isr: Optional[BrokerList] = None
+    pending_alter_partition: Optional[str] = None
+    replica_states: Optional[list[ReplicaState]] = None
+
+
+class Progress(BaseModel):
+    """One row per micro-batch (not a partition table)."""
+
+    model_config = _CFG
+
+    batch_id: Long
+    engine: Optional[str] = None
+    input_rows: Optional[Long] = None
+    applied: Optional[Long] = None
+    rejected: Optional[Long] = None
+    min_seq: Optional[Long] = None
+    max_seq: Optional[Long] = None
+    max_ts_ms: Optional[Long] = None
+
+
+TABLES: dict[str, type[BaseModel]] = {
+    "metadata_log": MetadataLog,
+    "elections": Elections,
+    "alter_partition": AlterPartition,
+    "hwm": Hwm,
+    "produce": ProduceRow,
+    "fetch": FetchRow,
+    "consumer": ConsumerRow,
+    "violations": Violation,
+    "admin": AdminRow,
+    "rejected": Rejected,
+    "partition_state": PartitionState,
+    "progress": Progress,
+}
+
+# Tables with one row per event outcome (appended each micro-batch).
+APPEND_TABLES: tuple[str, ...] = tuple(n for n in TABLES if n != "partition_state")
+
+_ARROW: dict[str, pa.Schema] = {name: model_arrow_schema(m) for name, m in TABLES.items()}
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """Arrow schema of an output table (derived from its model)."""
+    try:
+        return _ARROW[table]
+    except KeyError:
+        raise KeyError(f"unknown output table {table!r} (expected one of {', '.join(TABLES)})") from None
+
+
+def spark_schema(table: str):
+    """pyspark StructType of an output table (pyspark imported lazily)."""
+    return spark_schema_from_arrow(arrow_schema(table))
+
+
+def columns(table: str) -> tuple[str, ...]:
+    return tuple(arrow_schema(table).names)
+
+
+def rows_to_arrow(table: str, rows: list[dict]) -> pa.Table:
+    """Build the Arrow table of `rows` (dicts keyed by column name; a missing
+    key is null). Column-wise, no per-row validation; raises ValueError on a
+    null in a non-nullable column, an unknown column in the first row, or a
+    value Arrow cannot convert."""
+    schema = arrow_schema(table)
+    if rows:
+        extra = set(rows[0]).difference(schema.names)
+        if extra:
+            raise ValueError(f"{table}: unknown column(s) {sorted(extra)} (columns are {schema.names})")
+    arrays = []
+    for field in schema:
+        name = field.name
+        col = [r.get(name) for r in rows]
+        try:
+            arr = pa.array(col, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as e:
+            raise ValueError(f"{table}.{name}: cannot convert values to {field.type}: {e}") from e
+        if not field.nullable and arr.null_count:
+            i = next(i for i, v in enumerate(col) if v is None)
+            raise ValueError(f"{table}.{name} is required but row {i} has no value: {rows[i]!r}")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -1,0 +1,314 @@
+"""Tests for jobs/simulate.py: the deterministic event-schedule generator."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.simulate import (
+    INPUT_ARROW_SCHEMA,
+    SCENARIOS,
+    main,
+    parse_duration,
+    parse_faults,
+    simulate,
+)
+
+# SPEC §2 input columns, with the Arrow types the stream must carry (written out
+# here independently of the module so a drift in either is caught).
+EXPECTED_COLUMNS = [
+    ("seq", pa.int64()), ("ts_ms", pa.int64()), ("type", pa.string()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("broker", pa.int32()), ("offset_spec", pa.string()),
+    ("isolation", pa.string()), ("broker_epoch", pa.int64()), ("previous_broker_epoch", pa.int64()),
+    ("replicas", pa.list_(pa.int32())), ("records", pa.int32()), ("acks", pa.int32()),
+    ("target", pa.int32()), ("fetch_offset", pa.int64()), ("last_fetched_epoch", pa.int32()),
+    ("current_leader_epoch", pa.int32()), ("log_end_offset", pa.int64()), ("up_to_seq", pa.int64()),
+    ("election_type", pa.string()), ("clean", pa.bool_()), ("config", pa.map_(pa.string(), pa.string())),
+    ("isr", pa.list_(pa.int32())), ("elr", pa.list_(pa.int32())), ("last_known_elr", pa.list_(pa.int32())),
+    ("leader", pa.int32()), ("leader_epoch", pa.int32()), ("partition_epoch", pa.int32()),
+    ("leader_recovery_state", pa.string()), ("epoch_start_offsets", pa.map_(pa.int32(), pa.int64())),
+    ("hwm", pa.int64()),
+]
+
+FAULTS = ("crash:3@10s,unclean-crash:2@20s+15s,partition:1@5s+20s,slow:4@0s+30s,"
+          "zone-outage:rack1@40s+10s,reassign:t0-3->1,4,5@25s,cancel-reassign:t0-3@28s,"
+          "reassign:t0-5->2,3,4@30s,elect:preferred@50s,elect:unclean:t0-1@51s,"
+          "elect:designated:t0-2:4@52s,config:t0:unclean.leader.election.enable=true@55s")
+
+
+def _hashes(d) -> dict[str, str]:
+    return {os.path.basename(p): hashlib.sha256(open(p, "rb").read()).hexdigest()
+            for p in sorted(glob.glob(os.path.join(d, "*")))}
+
+
+def _read(d) -> pa.Table:
+    files = sorted(glob.glob(os.path.join(d, "part-*.parquet")))
+    assert files, f"no part files in {d}"
+    return pa.concat_tables([pq.read_table(f) for f in files])
+
+
+def _small(out, **kw):
+    args = dict(partitions=20, duration_ms="1m", seed=11, faults=FAULTS, rows_per_file=4000)
+    args.update(kw)
+    return simulate(out, **args)
+
+
+@pytest.fixture(scope="module")
+def small_stream(tmp_path_factory):
+    d = tmp_path_factory.mktemp("small")
+    summary = _small(d, delivery="explicit")
+    return d, summary, _read(d).to_pandas()
+
+
+# ---------------------------------------------------------------- determinism
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_same_seed_identical_bytes(tmp_path, fmt):
+    a, b = tmp_path / "a", tmp_path / "b"
+    sa = _small(a, fmt=fmt, delivery="explicit")
+    sb = _small(b, fmt=fmt, delivery="explicit")
+    assert sa["files"] > 1  # several files, so file splitting is covered too
+    ha, hb = _hashes(a), _hashes(b)
+    assert ha == hb
+    assert "_simulation.json" in ha
+
+
+def test_different_seeds_differ(tmp_path):
+    _small(tmp_path / "a", seed=1)
+    _small(tmp_path / "b", seed=2)
+    ha, hb = _hashes(tmp_path / "a"), _hashes(tmp_path / "b")
+    assert ha["part-00000.parquet"] != hb["part-00000.parquet"]
+    ta, tb = _read(tmp_path / "a"), _read(tmp_path / "b")
+    assert ta.column("ts_ms").to_pylist() != tb.column("ts_ms").to_pylist()
+
+
+# ---------------------------------------------------------------- stream shape
+
+def test_schema_is_exactly_the_spec_columns(small_stream):
+    d, _, _ = small_stream
+    expected = pa.schema([pa.field(n, t, nullable=n not in ("seq", "ts_ms", "type"))
+                          for n, t in EXPECTED_COLUMNS])
+    assert INPUT_ARROW_SCHEMA.equals(expected)
+    for f in sorted(glob.glob(os.path.join(d, "part-*.parquet"))):
+        s = pq.read_schema(f)
+        assert s.names == [n for n, _ in EXPECTED_COLUMNS]
+        assert s.remove_metadata().equals(expected), f
+
+
+def test_seq_and_ts_monotonic_across_files(small_stream):
+    d, summary, df = small_stream
+    files = sorted(glob.glob(os.path.join(d, "part-*.parquet")))
+    assert len(files) == summary["files"] > 1
+    assert [os.path.basename(f) for f in files] == [f"part-{i:05d}.parquet" for i in range(len(files))]
+    seq = df["seq"].to_numpy()
+    ts = df["ts_ms"].to_numpy()
+    assert seq[0] == 1 and (np.diff(seq) == 1).all()
+    assert (np.diff(ts) >= 0).all() and ts[0] == 0
+    assert ts[-1] < 60_000
+    assert len(df) == summary["rows"]
+    manifest = json.loads((d / "_simulation.json").read_text())
+    assert manifest["rows"] == summary["rows"]
+    assert manifest["parameters"]["seed"] == 11
+    assert manifest["files"] == [os.path.basename(f) for f in files]
+
+
+def test_row_semantics(small_stream):
+    _, summary, df = small_stream
+    assert not summary["skipped_faults"] or all("not running" in s for s in summary["skipped_faults"])
+    # bootstrap: every broker registered and unfenced before the first CreatePartition
+    first_create = df.index[df.type == "CreatePartition"][0]
+    boot = df.loc[: first_create - 1]
+    assert sorted(boot[boot.type == "BrokerRegister"].broker) == list(range(1, 7))
+    assert sorted(boot[boot.type == "BrokerUnfence"].broker) == list(range(1, 7))
+    creates = df[df.type == "CreatePartition"]
+    assert len(creates) == 20
+    for reps in creates.replicas:
+        assert len(set(reps)) == 3
+        assert len({(b - 1) % 3 for b in reps}) == 3  # distinct racks
+    assert len({r[0] for r in creates.replicas}) == 6  # leadership spread
+    # broker epochs strictly increase per broker; previous epoch = last one (clean) or -1
+    reg = df[df.type == "BrokerRegister"]
+    crashes = df[df.type == "BrokerCrash"]
+    for b, g in reg.groupby("broker"):
+        epochs = g.broker_epoch.tolist()
+        assert epochs == sorted(set(epochs))
+        for i in range(1, len(g)):
+            prev_row, row = g.iloc[i - 1], g.iloc[i]
+            last_crash = crashes[(crashes.broker == b) & (crashes.seq < row.seq)].iloc[-1]
+            want = prev_row.broker_epoch if last_crash.clean else -1
+            assert row.previous_broker_epoch == want
+    assert set(crashes.clean) == {True, False}
+    loss = df[df.type == "ReplicaLogLoss"]
+    assert len(loss) and (loss.log_end_offset >= 0).all()
+    # modeled fetches: nothing but type/topic/partition/broker
+    fetch = df[df.type == "Fetch"]
+    assert len(fetch) > 1000
+    extra = [c for c in df.columns if c not in ("seq", "ts_ms", "type", "topic", "partition", "broker")]
+    assert fetch[extra].isna().all().all()
+    prod = df[df.type == "Produce"]
+    assert set(prod.acks.astype(int)) == {-1, 0, 1}
+    assert (prod.records >= 1).all() and prod.broker.notna().all()
+    cf = df[df.type == "ConsumerFetch"]
+    assert len(cf) and (cf.fetch_offset >= 0).all()
+    lo = df[df.type == "ListOffsets"]
+    assert set(lo.offset_spec) <= {"LATEST", "EARLIEST"}
+    ticks = df[df.type == "Tick"]
+    assert len(ticks) and ticks.topic.isna().all()
+    # faults turned into rows
+    types = set(df.type)
+    for t in ("BrokerControlledShutdown", "BrokerFence", "Reassign", "ElectLeaders", "AlterConfig",
+              "AlterPartitionArrive", "AlterPartitionResponse", "MetadataSync"):
+        assert t in types, t
+    assert df[df.type == "Reassign"].replicas.isna().sum() == 1  # the cancel
+    el = df[df.type == "ElectLeaders"]
+    assert set(el.election_type) == {"PREFERRED", "UNCLEAN", "DESIGNATED"}
+    assert el[el.election_type == "DESIGNATED"].target.tolist() == [4]
+    ms = df[df.type == "MetadataSync"]
+    assert ms.up_to_seq.isna().all()
+
+
+def test_immediate_delivery_has_no_delivery_rows(tmp_path):
+    _small(tmp_path / "s")
+    types = set(_read(tmp_path / "s").column("type").to_pylist())
+    assert not types & {"AlterPartitionArrive", "AlterPartitionResponse", "MetadataSync"}
+
+
+def test_refuses_existing_stream_unless_overwrite(tmp_path):
+    _small(tmp_path, duration_ms="5s", faults=None)
+    with pytest.raises(FileExistsError):
+        _small(tmp_path, duration_ms="5s", faults=None)
+    s = _small(tmp_path, duration_ms="5s", faults=None, overwrite=True, rows_per_file=10**6)
+    assert sorted(os.listdir(tmp_path)) == ["_simulation.json", "part-00000.parquet"]
+    assert s["files"] == 1
+
+
+# ---------------------------------------------------------------- scenarios
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_every_preset_generates(tmp_path, name):
+    s = simulate(tmp_path, scenario=name, duration_ms="2m", seed=3, partitions=12)
+    assert s["scenario"] == name and s["rows"] > 1000 and s["faults"]
+    df = _read(tmp_path).to_pandas()
+    assert (np.diff(df.seq) == 1).all() and (np.diff(df.ts_ms) >= 0).all()
+    c = s["counts"]
+    if name == "last-replica-standing":
+        assert s["brokers"] == 3
+        fences = df[df.type == "BrokerFence"]
+        assert fences.broker.tolist()[:2] == [3, 2]  # followers fenced one after another
+        crash = df[df.type == "BrokerCrash"]
+        assert crash.broker.tolist() == [1] and crash.clean.tolist() == [False]
+        assert c["ReplicaLogLoss"] == 12
+        unf = df[(df.type == "BrokerUnfence") & (df.seq > crash.seq.iloc[0])]
+        assert unf.broker.tolist() == [1, 2, 3]  # leader back first, then the ELR member, then the last
+        assert {1, -1} <= set(df[df.type == "Produce"].acks.astype(int))
+    elif name == "rolling-restart":
+        assert c["BrokerControlledShutdown"] == 6 and c["BrokerRegister"] == 12
+    elif name == "zone-outage":
+        crash = df[df.type == "BrokerCrash"]
+        assert sorted(crash.broker) == [1, 4] and crash.ts_ms.nunique() == 1
+    elif name == "reassignment":
+        assert c["Reassign"] >= 2
+    elif name == "flaky-network":
+        assert c.get("BrokerFence", 0) + len([f for f in s["faults"] if f.startswith("slow")]) > 0
+
+
+def test_unknown_scenario_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="unknown scenario 'nope'.*last-replica-standing"):
+        simulate(tmp_path, scenario="nope")
+
+
+# ---------------------------------------------------------------- grammar
+
+def test_parse_duration():
+    assert parse_duration("10m") == 600_000
+    assert parse_duration("90s") == 90_000
+    assert parse_duration("1m30s") == 90_000
+    assert parse_duration("500ms") == 500
+    assert parse_duration("1.5s") == 1500
+    assert parse_duration("2h") == 7_200_000
+    assert parse_duration("250") == 250
+    assert parse_duration(1234) == 1234
+    for bad in ("", "ten", "5x", "-3s", "1m30", "s"):
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration(bad)
+
+
+def test_fault_spec_roundtrip():
+    fs = parse_faults(FAULTS, brokers=6, partitions=20, duration_ms=60_000)
+    assert len(fs) == 12
+    again = parse_faults(",".join(f.spec() for f in fs), brokers=6, partitions=20, duration_ms=60_000)
+    assert again == fs
+    ex = parse_faults("crash:3@120s,unclean-crash:2@300s,partition:1@60s+30s,slow:4@0s+120s,"
+                      "zone-outage:rack1@400s+60s,reassign:t0-3->1,4,5@200s,elect:preferred@500s")
+    assert [f.kind for f in ex] == ["crash", "unclean-crash", "partition", "slow", "zone-outage",
+                                    "reassign", "elect"]
+    assert ex[5].replicas == (1, 4, 5) and ex[4].rack == 1 and ex[2].dur_ms == 30_000
+    assert parse_faults("slow:4:factor=5@1s ; isolate:2@3s")[0].factor == 5.0
+    assert parse_faults("") == [] and parse_faults(None) == []
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("crash:3", r"missing '@TIME'"),
+    ("crsh:3@10s", r"unknown fault kind 'crsh' \(expected one of: crash, unclean-crash"),
+    ("crash:9@10s", r"broker 9 does not exist \(brokers are 1..6\)"),
+    ("crash:x@10s", r"'x' is not a broker id"),
+    ("crash@10s", r"expected crash:BROKER@TIME"),
+    ("crash:1@soon", r"bad time after '@'"),
+    ("crash:1@10s+0s", r"must be positive"),
+    ("crash:1@700s", r"not before the end of the simulation \(10m\)"),
+    ("reassign:t0-3@10s", r"expected reassign:TOPIC-PARTITION->B1,B2"),
+    ("reassign:t0-300->1,2,3@10s", r"partition 300 of 't0' does not exist"),
+    ("reassign:t9-3->1,2,3@10s", r"unknown topic 't9'"),
+    ("reassign:t0-3->1,1,2@10s", r"repeats a broker"),
+    ("reassign:t0-3->1,2,3@10s+5s", r"takes no '\+DURATION'"),
+    ("zone-outage:rack7@10s", r"unknown rack 'rack7' \(racks are rack0..rack2\)"),
+    ("elect:bogus@10s", r"unknown election type 'bogus'"),
+    ("elect:designated:t0-1@10s", r"elect:designated:TOPIC-PARTITION:BROKER"),
+    ("slow:2:factor=0.5@10s", r"factor='0.5': must be a number >= 1"),
+    ("slow:2:speed=3@10s", r"unknown option\(s\) speed for slow \(allowed: factor\)"),
+    ("unclean-crash:2:lose=150%@10s", r"lose='150%'"),
+    ("config:t0@10s", r"expected config:TOPIC"),
+    ("crash:1@10s,crash:2", r"faults item 2 'crash:2': missing '@TIME'"),
+])
+def test_fault_grammar_rejects_bad_specs(spec, message):
+    with pytest.raises(ValueError, match=message):
+        parse_faults(spec, brokers=6, racks=3, topics=["t0"], partitions=20, duration_ms=600_000)
+
+
+def test_bad_parameters_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="rf must be between 1 and brokers=2"):
+        simulate(tmp_path, brokers=2, rf=3)
+    with pytest.raises(ValueError, match="faults item 1"):
+        simulate(tmp_path, faults="crash:7@1s")
+    with pytest.raises(ValueError, match="delivery"):
+        simulate(tmp_path, delivery="sometimes")
+
+
+def test_cli_main(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "s"), "--duration", "20s", "--partitions", "5",
+                 "--faults", "crash:2@5s+5s", "--seed", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows"] > 0 and out["duration_ms"] == 20_000 and out["seed"] == 4
+    assert main(["--out", str(tmp_path / "t"), "--faults", "crash:99@5s"]) == 2
+    assert "broker 99 does not exist" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- speed (printed, not asserted)
+
+def test_one_million_rows_timing(tmp_path, capsys):
+    t0 = time.perf_counter()
+    s = simulate(tmp_path, partitions=1000, duration_ms="130s", seed=1,
+                 faults="crash:3@20s,unclean-crash:2@50s,zone-outage:rack0@80s+15s")
+    dt = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\n[simulate] {s['rows']:,} rows in {s['files']} files: {dt:.2f} s "
+              f"({s['rows'] / dt / 1e6:.2f} M rows/s)")
+    assert s["rows"] > 900_000

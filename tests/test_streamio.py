@@ -1,0 +1,50 @@
+"""jobs.streamio: stream files in name order, raw rows with parse errors."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.streamio import StreamError, iter_raw_rows, list_stream_files, row_to_json
+from schemas.events import EVENT_ARROW_SCHEMA, validate
+
+
+def test_files_in_name_order_hidden_ignored(tmp_path):
+    for name in ["part-002.jsonl", "part-001.json", "_SUCCESS", ".part-000.jsonl", "part-003.parquet",
+                 "notes.txt", "part-000.ndjson"]:
+        (tmp_path / name).write_text("")
+    (tmp_path / "sub.jsonl").mkdir()
+    assert [p.name for p in list_stream_files(tmp_path)] == [
+        "part-000.ndjson", "part-001.json", "part-002.jsonl", "part-003.parquet"]
+    with pytest.raises(StreamError, match="does not exist"):
+        list_stream_files(tmp_path / "missing")
+
+
+def test_rows_and_parse_errors_in_order(tmp_path):
+    lines = [
+        json.dumps({"seq": 1, "ts_ms": 0, "type": "Tick"}),
+        "",
+        "{not json",
+        "[1, 2]",
+        json.dumps({"seq": 2, "ts_ms": 0, "type": "Tick", "broker": 1}),
+    ]
+    (tmp_path / "part-000.jsonl").write_text("\n".join(lines) + "\n")
+    rows = [
+        {"seq": 3, "ts_ms": 5, "type": "ReplicaSnapshot", "topic": "t", "partition": 0, "broker": 1,
+         "epoch_start_offsets": [(0, 0), (1, 4)], "log_end_offset": 6, "hwm": 6},
+        {"seq": 4, "ts_ms": 5, "type": "Fetch", "topic": "t", "partition": 0, "broker": 2},
+    ]
+    pq.write_table(pa.Table.from_pylist(rows, schema=EVENT_ARROW_SCHEMA), tmp_path / "part-001.parquet")
+    got = list(iter_raw_rows(tmp_path, batch_rows=1))
+    assert [(r[0] or {}).get("seq") for r in got] == [1, None, None, 2, 3, 4]
+    assert got[1][2].startswith("part-000.jsonl line 3: not valid JSON:")
+    assert got[1][1] == "{not json"
+    assert got[2][2] == "part-000.jsonl line 4: not a JSON object (got list)"
+    assert got[0][1] == lines[0] and got[0][2] is None
+    # Parquet rows validate (maps arrive as pairs) and have no raw text
+    ev, why = validate(got[4][0])
+    assert why is None and ev["epoch_start_offsets"] == {0: 0, 1: 4}
+    assert got[4][1] is None
+    assert json.loads(row_to_json(got[4][0]))["epoch_start_offsets"] == {"0": 0, "1": 4}
+    assert row_to_json(got[0][0], got[0][1]) == lines[0]
