@@ -12,6 +12,9 @@ from .log import first_mismatch, runs_prefix
 from .replica import LEADER
 
 
+MAX_RANGES = 8
+
+
 class Invariants:
     __slots__ = ("committed", "committed_end", "consumed", "consumed_end", "acked", "dirty", "changed",
                  "reported", "last_le", "last_pe", "lost_acked")
@@ -64,12 +67,20 @@ class Invariants:
         self.dirty = True
 
     def on_acked(self, p, pr) -> None:
+        """Acked ranges per record identity as [start, end, acked count]; at most MAX_RANGES per
+        identity (the closest ones merge, keeping their exact count) so state stays bounded."""
         ranges = self.acked.setdefault((pr.epoch, pr.inc), [])
         if ranges and ranges[-1][1] >= pr.base:
-            if pr.required > ranges[-1][1]:
-                ranges[-1][1] = pr.required
+            last = ranges[-1]
+            if pr.required > last[1]:
+                last[2] += pr.required - max(pr.base, last[1])
+                last[1] = pr.required
         else:
-            ranges.append([pr.base, pr.required])
+            ranges.append([pr.base, pr.required, pr.required - pr.base])
+            if len(ranges) > MAX_RANGES:
+                i = min(range(len(ranges) - 1), key=lambda j: ranges[j + 1][0] - ranges[j][1])
+                a, b = ranges[i], ranges.pop(i + 1)
+                a[1], a[2] = b[1], a[2] + b[2]
 
     def on_consumed(self, p, rep, start: int, end: int) -> None:
         log = rep.log
@@ -201,25 +212,31 @@ class Invariants:
                 self.committed_end = m
         if self.acked:
             lost_total = 0
+            lost_ranges = []
             for ident, ranges in list(self.acked.items()):
                 keep = []
-                for s, e in ranges:
+                for s, e, n in ranges:
                     k = _first_not(log, s, e, ident)
                     if k is None:
-                        keep.append([s, e])
+                        keep.append([s, e, n])
                         continue
-                    lost = e - k
+                    lost = n if k <= s else (e - k if n == e - s else max(1, n * (e - k) // (e - s)))
                     lost_total += lost
-                    self.violation(p, "AckedRecordsDurable",
-                                   f"{lost} acknowledged acks=all record(s) at offsets [{k}, {e}) written as "
-                                   f"{_fmt(ident)} are not in leader {lrep.broker}'s log (LEO {log.leo}): lost")
+                    lost_ranges.append((k, e))
                     if k > s:
-                        keep.append([s, k])
+                        keep.append([s, k, n - lost])
                 if keep:
                     self.acked[ident] = keep
                 else:
                     del self.acked[ident]
-            self.lost_acked += lost_total
+            if lost_total:
+                lost_ranges.sort()
+                shown = ", ".join(f"[{a}, {b})" for a, b in lost_ranges[:5])
+                more = f" and {len(lost_ranges) - 5} more ranges" if len(lost_ranges) > 5 else ""
+                self.violation(p, "AckedRecordsDurable",
+                               f"{lost_total} acknowledged acks=all record(s) at offsets {shown}{more} are not in "
+                               f"leader {lrep.broker}'s log (LEO {log.leo}, epoch {p.leader_epoch}): lost")
+                self.lost_acked += lost_total
         if self.consumed_end:
             m = first_mismatch(log.runs, log.leo, self.consumed, self.consumed_end, self.consumed_end)
             if m is not None:
