@@ -51,13 +51,15 @@ def cmd_replay(args) -> int:
     try:
         if args.engine == "local":
             from jobs.local_engine import replay_local
-            summary = replay_local(args.stream, args.tables, config,
+            summary = replay_local(args.stream, args.tables, config, overwrite=args.overwrite,
                                    progress=(lambda m: print(m, file=sys.stderr)) if args.progress else None)
         else:
             from jobs.spark_engine import replay_spark
             summary = replay_spark(args.stream, args.tables, config, checkpoint=args.checkpoint,
                                    max_files_per_trigger=args.max_files_per_trigger,
-                                   shuffle_partitions=args.shuffle_partitions, master=args.master)
+                                   shuffle_partitions=args.shuffle_partitions, master=args.master,
+                                   n_buckets=args.buckets,
+                                   progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.progress else None)
     except (SinkError, StreamError) as e:
         _fail(str(e))
     print(json.dumps(summary))
@@ -95,15 +97,8 @@ def _render(t, limit: int) -> str:
 def cmd_simulate(args) -> int:
     from jobs import simulate as sim
     try:
-        kw = dict(brokers=args.brokers, partitions=args.partitions, rf=args.rf,
-                  duration_ms=sim.parse_duration(args.duration), seed=args.seed, faults=args.faults,
-                  scenario=args.scenario, fmt=args.format)
-        if args.topics:
-            kw["topics"] = args.topics
-        if args.delivery:
-            kw["delivery"] = args.delivery
-        summary = sim.simulate(args.out, **kw)
-    except ValueError as e:
+        summary = sim.run_from_args(args)
+    except (ValueError, FileExistsError) as e:
         _fail(str(e), EXIT_USAGE)
     print(json.dumps(summary, default=str))
     return 0
@@ -122,6 +117,11 @@ def main(argv=None) -> int:
         p.add_argument("--shuffle-partitions", type=int, default=None)
         p.add_argument("--master", default=None, help="Spark master (default local[2])")
         p.add_argument("--progress", action="store_true", help="print progress on stderr")
+        p.add_argument("--overwrite", action="store_true", help="replace the tables directory if it holds another replay")
+        p.add_argument("--buckets", type=int, default=None,
+                       help="spark engine: number of state buckets (frozen in the checkpoint; default 16)")
+        if name == "run":
+            p.add_argument("--trigger-seconds", type=float, default=5.0, help="processing-time trigger interval")
         p.set_defaults(fn=cmd_replay if name == "replay" else cmd_run)
 
     p = sub.add_parser("sql", help="SQL over the output tables")
@@ -132,17 +132,8 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_sql)
 
     p = sub.add_parser("simulate", help="generate a simulated event stream")
-    p.add_argument("--out", required=True)
-    p.add_argument("--brokers", type=int, default=6)
-    p.add_argument("--partitions", type=int, default=100)
-    p.add_argument("--rf", type=int, default=3)
-    p.add_argument("--topics", type=int, default=None)
-    p.add_argument("--duration", default="10m")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--faults", default=None)
-    p.add_argument("--scenario", default=None)
-    p.add_argument("--delivery", choices=["immediate", "explicit"], default=None)
-    p.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
+    from jobs.simulate import add_arguments as sim_args
+    sim_args(p)
     p.set_defaults(fn=cmd_simulate)
 
     args = ap.parse_args(argv)
@@ -154,7 +145,11 @@ def cmd_run(args) -> int:
     config = load_config(args)
     if not args.checkpoint:
         _fail("run needs --checkpoint DIR", EXIT_USAGE)
-    run_spark(args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master)
+    if args.engine == "local":
+        _fail("run needs --engine spark (the continuous job is a Spark streaming query)", EXIT_USAGE)
+    run_spark(args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master,
+              trigger_seconds=args.trigger_seconds, max_files_per_trigger=args.max_files_per_trigger,
+              shuffle_partitions=args.shuffle_partitions, n_buckets=args.buckets)
     return 0
 
 

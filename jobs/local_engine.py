@@ -70,6 +70,34 @@ class LocalEngine:
         return tables, state
 
 
+def check_tables_dir(tables_dir, app_id: str, overwrite: bool) -> None:
+    """Refuses to mix two replays in one tables directory (the Delta guard is per app id)."""
+    import shutil
+    root = Path(tables_dir)
+    info = root / "_run.json"
+    if not root.exists():
+        return
+    if overwrite:
+        shutil.rmtree(root)
+        return
+    if info.exists():
+        try:
+            prev = json.loads(info.read_text(encoding="utf-8")).get("app_id")
+        except ValueError:
+            prev = None
+        if prev and prev != app_id:
+            from .delta_sink import SinkError
+            raise SinkError(f"{tables_dir} holds the tables of another replay (another stream, config or engine); "
+                            "use a fresh --tables directory or --overwrite")
+
+
+def write_run_info(tables_dir, stream, config: EngineConfig, engine: str, app_id: str) -> None:
+    """`_run.json` beside the tables: what produced them (compare and report read it)."""
+    info = {"stream": str(Path(stream).resolve()), "engine": engine, "app_id": app_id,
+            "config": dict(sorted(config.raw.items()))}
+    (Path(tables_dir) / "_run.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+
+
 def _loose(raw) -> dict:
     """Best-effort common columns of an invalid row, for the rejected table."""
     if not isinstance(raw, dict):
@@ -83,12 +111,14 @@ def _loose(raw) -> dict:
 
 
 def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_rows: int = 500_000,
-                 progress=None) -> dict:
+                 progress=None, overwrite: bool = False) -> dict:
     """Replays the whole stream into Delta tables under tables_dir. Returns a summary."""
     from .delta_sink import DeltaSink
 
     app_id = fingerprint(stream, config, "local")
+    check_tables_dir(tables_dir, app_id, overwrite)
     sink = DeltaSink(tables_dir, app_id=app_id)
+    write_run_info(tables_dir, stream, config, "local", app_id)
     eng = LocalEngine(config)
     t0 = time.perf_counter()
     batch_id = 0

@@ -85,6 +85,7 @@ class Cluster:
         self.out = Out()
         self.applied = 0
         self.rejected = 0
+        self._handlers = {t: getattr(self, "_" + t) for t in EVENT_TYPES}
 
     # ------------------------------------------------------------------ indexes
     def reindex(self, p: Partition) -> None:
@@ -126,7 +127,8 @@ class Cluster:
     # ------------------------------------------------------------------ driving
     def begin(self, p: Partition, seq: int, ts: int) -> None:
         """An event reaches p: fire its due timers first, then set the row context."""
-        p.advance(ts)
+        if ts > p.tdone:
+            p.advance(ts)
         p.cur_seq = seq
         p.now = ts
         p.idx = 0
@@ -161,7 +163,7 @@ class Cluster:
             self.max_ts = ts
             return
         try:
-            getattr(self, "_" + typ)(ev)
+            self._handlers[typ](ev)
         except Reject as r:
             self.reject(ev, raw, f"{typ} row seq {seq}: {r}", scoped)
             if scoped or self.emit_global:
@@ -214,6 +216,7 @@ class Cluster:
         p = Partition(self, topic, partition)
         p.inv = Invariants()
         p.tdone = ts
+        p.set_t_next()
         self.partitions[p.key] = p
         self.by_topic[topic].add(p.key)
         p.refresh_conf()
@@ -605,18 +608,22 @@ class Cluster:
         self.end(p)
 
     def _Produce(self, ev):
-        p = self._part(ev)
-        self._broker(ev)
+        p = self.partitions.get((ev["topic"], ev["partition"])) or self._part(ev)
+        if ev["broker"] not in self.brokers:
+            self._broker(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         p.produce(ev)
-        self.end(p)
+        if p.inv.dirty:
+            p.inv.after_event(p)
 
     def _Fetch(self, ev):
-        p = self._part(ev)
-        self._broker(ev)
+        p = self.partitions.get((ev["topic"], ev["partition"])) or self._part(ev)
+        if ev["broker"] not in self.brokers:
+            self._broker(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         p.fetch(ev)
-        self.end(p)
+        if p.inv.dirty:
+            p.inv.after_event(p)
 
     def _ListOffsets(self, ev):
         p = self._part(ev)

@@ -69,6 +69,7 @@ def partition_in(cl: Cluster, t) -> Partition:
     p.next_pid = t[17]
     p.retry = tuple(t[18]) if t[18] is not None else None
     p.tdone, p.last_seq, p.cur_seq, p.now, p.idx = t[19:24]
+    p.set_t_next()
     p.inv = Invariants.from_tuple(t[24])
     p.unclean = dict(t[25])
     p.refresh_conf()

@@ -51,6 +51,8 @@ class Invariants:
                                f"from {end} to {m}")
                 self.committed = runs_prefix(log.runs, hw)
                 self.committed_end = hw
+                self.changed.add(rep.broker)     # LogMatching against the others at the event's end
+                self.dirty = True
                 return
         if hw > end:
             self.committed = runs_prefix(log.runs, hw)

@@ -60,6 +60,7 @@ class Partition:
         self.retry = None            # (leader, pid) to resubmit at the next event (immediate mode)
         # timers: every periodic multiple <= tdone has fired (SPEC §4)
         self.tdone = 0
+        self.t_next = 0                # first periodic multiple after tdone
         # output context
         self.last_seq = 0
         self.cur_seq = 0
@@ -731,61 +732,41 @@ class Partition:
         cl = self.cl
         br = cl.brokers.get(b)
         frep = self.reps.get(b)
-        fetch_all = cl.config.fetch_all
-        row = {"broker": b, "target": ev.get("target"), "fetch_offset": ev.get("fetch_offset"), "result": None,
-               "diverging_epoch": None, "diverging_end_offset": None, "truncated_to": None,
-               "replica_leo": None, "replica_hwm": None}
         if br is None or not br.alive:
-            row["result"] = "NOOP"
-            self.emit("fetch", row)
+            self._fetch_row(self._row(ev, ev.get("target"), ev.get("fetch_offset")), "NOOP", None)
             return
-        # fill a modeled fetch from the replica's model; report drift for a recorded one
-        m_target = frep.leader if frep is not None and frep.role == FOLLOWER else None
-        m_off = frep.log.leo if frep is not None else 0
-        m_lfe = frep.log.latest_epoch() if frep is not None else -1
-        m_cle = frep.leader_epoch if frep is not None and frep.leader_epoch >= 0 else None
+        # a modeled fetch takes null columns from the replica's model; a recorded one may drift
+        if frep is not None:
+            flog = frep.log
+            m_target = frep.leader if frep.role == FOLLOWER else None
+            m_off = flog.leo
+            m_lfe = flog.cache[-1][0] if flog.cache else -1
+            m_cle = frep.leader_epoch if frep.leader_epoch >= 0 else None
+        else:
+            flog = None
+            m_target, m_off, m_lfe, m_cle = None, 0, -1, None
         m_be = br.proc_epoch
-        target = ev.get("target")
-        recorded = any(ev.get(k) is not None for k in ("fetch_offset", "last_fetched_epoch", "current_leader_epoch",
-                                                        "broker_epoch"))
+        target = ev["target"]
+        off, lfe, cle, bepoch = ev["fetch_offset"], ev["last_fetched_epoch"], ev["current_leader_epoch"], ev["broker_epoch"]
+        if off is None and lfe is None and cle is None and bepoch is None:
+            off, lfe, cle, bepoch = m_off, m_lfe, m_cle, m_be
+        else:
+            self._drift(ev, frep, m_target, m_off, m_lfe, m_cle, m_be)
+            off = m_off if off is None else off
+            lfe = m_lfe if lfe is None else lfe
+            cle = m_cle if cle is None else cle
+            bepoch = m_be if bepoch is None else bepoch
         if target is None:
             target = m_target
-        off = ev["fetch_offset"] if ev.get("fetch_offset") is not None else m_off
-        lfe = ev["last_fetched_epoch"] if ev.get("last_fetched_epoch") is not None else m_lfe
-        cle = ev["current_leader_epoch"] if ev.get("current_leader_epoch") is not None else m_cle
-        bepoch = ev["broker_epoch"] if ev.get("broker_epoch") is not None else m_be
-        row["target"] = target
-        row["fetch_offset"] = off
-        if recorded:
-            drift = []
-            if ev.get("fetch_offset") is not None and ev["fetch_offset"] != m_off:
-                drift.append(f"fetch_offset {ev['fetch_offset']} vs model LEO {m_off}")
-            if ev.get("last_fetched_epoch") is not None and ev["last_fetched_epoch"] != m_lfe:
-                drift.append(f"last_fetched_epoch {ev['last_fetched_epoch']} vs model {m_lfe}")
-            if ev.get("current_leader_epoch") is not None and ev["current_leader_epoch"] != m_cle:
-                drift.append(f"current_leader_epoch {ev['current_leader_epoch']} vs model {m_cle}")
-            if ev.get("broker_epoch") is not None and ev["broker_epoch"] != m_be:
-                drift.append(f"broker_epoch {ev['broker_epoch']} vs model {m_be}")
-            if ev.get("target") is not None and m_target is not None and ev["target"] != m_target:
-                drift.append(f"target {ev['target']} vs model leader {m_target}")
-            if drift:
-                self.emit("fetch", dict(row, result="DRIFT", replica_leo=m_off,
-                                        replica_hwm=frep.log.hwm if frep else None,
-                                        detail="; ".join(drift)))
-                if frep is not None and off < frep.log.leo:
-                    frep.log.truncate_to(off)   # trust the row: the follower's log is shorter
-                    self.inv.on_log_change(self, frep)
         if target is None or target == b:
-            row["result"] = "NOOP"
-            self.emit("fetch", row)
+            self._fetch_row(self._row(ev, target, off), "NOOP", frep)
             return
         tbr = cl.brokers.get(target)
         lrep = self.reps.get(target)
         if tbr is None or not tbr.alive:
-            row["result"] = "NOOP"       # nobody answers: the fetcher just backs off
-            self.emit("fetch", row)
+            self._fetch_row(self._row(ev, target, off), "NOOP", frep)   # nobody answers: the fetcher backs off
             return
-        # C1 current-leader-epoch check, then leadership
+        # C1 current-leader-epoch check, then leadership; C2 the fetcher must be assigned
         err = None
         if lrep is None:
             err = "NOT_LEADER_OR_FOLLOWER"
@@ -795,63 +776,100 @@ class Partition:
                     err = "FENCED_LEADER_EPOCH"
                 elif lrep.leader_epoch < cle:
                     err = "UNKNOWN_LEADER_EPOCH"
-            if err is None and lrep.role != LEADER:
-                err = "NOT_LEADER_OR_FOLLOWER"
-        # C2 the fetching replica must be assigned
-        if err is None and b not in lrep.followers:
-            err = "UNKNOWN_LEADER_EPOCH" if cle is not None and cle >= 0 else "NOT_LEADER_OR_FOLLOWER"
+            if err is None:
+                if lrep.role != LEADER:
+                    err = "NOT_LEADER_OR_FOLLOWER"
+                elif b not in lrep.followers:
+                    err = "UNKNOWN_LEADER_EPOCH" if cle is not None and cle >= 0 else "NOT_LEADER_OR_FOLLOWER"
         if err is not None:
-            self._fetch_row(row, err, frep)
+            self._fetch_row(self._row(ev, target, off), err, frep)
             return
         llog = lrep.log
         resp_hw = llog.hwm
+        leader_leo = llog.leo
         # C3 divergence
         if lfe is not None and lfe >= 0:
-            e, o = llog.end_offset_for(lfe)
+            if llog.cache and llog.cache[-1][0] == lfe:
+                e, o = lfe, leader_leo
+            else:
+                e, o = llog.end_offset_for(lfe)
             if e == -1 or o == -1:
-                self._out_of_range(row, frep, llog)
+                self._out_of_range(self._row(ev, target, off), frep, llog)
                 return
             if e < lfe or o < off:
+                row = self._row(ev, target, off)
                 row["diverging_epoch"] = e
                 row["diverging_end_offset"] = o
                 if frep is not None:
                     self.truncate_on_divergence(frep, e, o, row)
-                self._fetch_row(row, "DIVERGING_EPOCH", frep, force=True)
+                self._fetch_row(row, "DIVERGING_EPOCH", frep)
                 return
-        if off > llog.leo or off < 0:
-            self._out_of_range(row, frep, llog)
+        if off > leader_leo or off < 0:
+            self._out_of_range(self._row(ev, target, off), frep, llog)
             return
         # B3 follower state update at the leader
         fs = lrep.followers[b]
-        reg = self.broker_view(target).get(b)
-        if bepoch is not None and bepoch != -1 and reg is not None and reg[0] > bepoch:
-            self._fetch_row(row, "NOT_LEADER_OR_FOLLOWER", frep)
-            return
-        leader_leo = llog.leo
+        if bepoch is not None and bepoch != -1:
+            reg = self.broker_view(target).get(b)
+            if reg is not None and reg[0] > bepoch:
+                self._fetch_row(self._row(ev, target, off), "NOT_LEADER_OR_FOLLOWER", frep)
+                return
         now = self.now
+        lcu = fs.last_caught_up_ms
         if off >= leader_leo:
-            fs.last_caught_up_ms = now if fs.last_caught_up_ms is None else max(fs.last_caught_up_ms, now)
+            fs.last_caught_up_ms = now if lcu is None or now > lcu else lcu
         elif off >= fs.last_fetch_leader_leo and fs.last_fetch_ms is not None:
-            fs.last_caught_up_ms = (fs.last_fetch_ms if fs.last_caught_up_ms is None
-                                    else max(fs.last_caught_up_ms, fs.last_fetch_ms))
-        fs.last_fetch_leader_leo = max(leader_leo, fs.last_fetch_leader_leo)
+            lf = fs.last_fetch_ms
+            fs.last_caught_up_ms = lf if lcu is None or lf > lcu else lcu
+        if leader_leo > fs.last_fetch_leader_leo:
+            fs.last_fetch_leader_leo = leader_leo
         fs.last_fetch_ms = now
         leo_changed = fs.leo != off
         fs.leo = off
         fs.broker_epoch = bepoch
-        # the follower receives records [off, leader LEO) and the HWM captured before this update
-        if frep is not None:
-            if frep.log.leo == off:
-                frep.log.copy_from(llog, off, leader_leo)
-            new_hw = min(max(resp_hw, 0), frep.log.leo)
-            frep.log.hwm = new_hw        # C8: not monotonic
-            self.inv.on_log_change(self, frep)
+        # the follower receives records [off, leader LEO) and the HWM captured before this update (C8)
+        if flog is not None:
+            if flog.leo == off and leader_leo > off:
+                flog.copy_from(llog, off, leader_leo)
+            flog.hwm = resp_hw if resp_hw < flog.leo else flog.leo
         # B7 then B6 at the leader
-        self.maybe_expand(lrep, b, fs)
+        if lrep.pending is None and b not in lrep.committed_isr:
+            self.maybe_expand(lrep, b, fs)
         if leo_changed:
             self.maybe_increment_hw(lrep, "Fetch")
-        if fetch_all:
-            self._fetch_row(row, "OK", frep, force=True)
+        if cl.config.fetch_all:
+            self._fetch_row(self._row(ev, target, off), "OK", frep)
+
+    def _row(self, ev, target, off) -> dict:
+        return {"broker": ev["broker"], "target": target, "fetch_offset": off, "result": None,
+                "diverging_epoch": None, "diverging_end_offset": None, "truncated_to": None,
+                "replica_leo": None, "replica_hwm": None}
+
+    def _drift(self, ev, frep, m_target, m_off, m_lfe, m_cle, m_be) -> None:
+        """A recorded fetch whose columns differ from the model: report, and trust the row."""
+        drift = []
+        if ev["fetch_offset"] is not None and ev["fetch_offset"] != m_off:
+            drift.append(f"fetch_offset {ev['fetch_offset']} vs model LEO {m_off}")
+        if ev["last_fetched_epoch"] is not None and ev["last_fetched_epoch"] != m_lfe:
+            drift.append(f"last_fetched_epoch {ev['last_fetched_epoch']} vs model {m_lfe}")
+        if ev["current_leader_epoch"] is not None and ev["current_leader_epoch"] != m_cle:
+            drift.append(f"current_leader_epoch {ev['current_leader_epoch']} vs model {m_cle}")
+        if ev["broker_epoch"] is not None and ev["broker_epoch"] != m_be:
+            drift.append(f"broker_epoch {ev['broker_epoch']} vs model {m_be}")
+        if ev["target"] is not None and m_target is not None and ev["target"] != m_target:
+            drift.append(f"target {ev['target']} vs model leader {m_target}")
+        if not drift:
+            return
+        row = self._row(ev, ev["target"] if ev["target"] is not None else m_target, ev["fetch_offset"])
+        row["replica_leo"] = m_off
+        row["replica_hwm"] = frep.log.hwm if frep is not None else None
+        row["result"] = "DRIFT"
+        row["detail"] = "; ".join(drift)
+        self.emit("fetch", row)
+        off = ev["fetch_offset"]
+        if frep is not None and off is not None and off < frep.log.leo:
+            frep.log.truncate_to(off)   # the follower's log is shorter than the model thought
+            self.inv.on_log_change(self, frep)
 
     def _fetch_row(self, row, result, frep, force=True):
         row["result"] = result
@@ -988,9 +1006,18 @@ class Partition:
 
     def advance(self, ts: int) -> None:
         """Fire every timer due at or before `ts` (SPEC §4), in time order."""
-        if ts <= self.tdone:
+        td = self.tdone
+        if ts <= td:
             return
-        los = [self.tdone + 1] * 3
+        # fast path: no periodic multiple crossed and no parked produce due
+        if ts < self.t_next:
+            for rep in self.reps.values():
+                if rep.purgatory and rep.purgatory[0].deadline <= ts:
+                    break
+            else:
+                self.tdone = ts
+                return
+        los = [td + 1] * 3
         while True:
             nt = self.next_timer(los, ts)
             if nt is None:
@@ -1019,3 +1046,19 @@ class Partition:
             if kind != 3:
                 los[kind] = t + 1     # a periodic task fires once per multiple
         self.tdone = ts
+        self.set_t_next()
+
+    def set_t_next(self) -> None:
+        """The first periodic multiple after tdone (the fast path of advance)."""
+        cfg = self.cl.config
+        td = self.tdone
+        t = (td // cfg.rebalance_interval_ms + 1) * cfg.rebalance_interval_ms
+        u = (td // cfg.unclean_interval_ms + 1) * cfg.unclean_interval_ms
+        if u < t:
+            t = u
+        iv = cfg.isr_interval_ms
+        if iv:
+            i = (td // iv + 1) * iv
+            if i < t:
+                t = i
+        self.t_next = t

@@ -98,6 +98,7 @@ class FetchRow(PartitionRow):
     truncated_to: Optional[Long] = None
     replica_leo: Optional[Long] = None
     replica_hwm: Optional[Long] = None
+    detail: Optional[str] = None  # what drifted, for DRIFT rows
 
 
 class ConsumerRow(PartitionRow):

@@ -1,0 +1,142 @@
+"""Property tests over random schedules (hypothesis draws the seeds and shapes; tests.gen plays
+the environment). Safe configurations never break an invariant; unsafe ones break the right one
+at the right event; the engine is deterministic, its state survives encoding, and bucketing the
+partitions (the Spark engine's layout) changes nothing."""
+import zlib
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from protocol.cluster import Cluster
+from protocol.codec import decode_cluster, encode_cluster
+from protocol.config import EngineConfig
+from schemas.events import validate
+from tests.engine_util import canonical, rows, run_events
+from tests.gen import random_schedule
+from tests.streams import S
+
+SAFE = {"min.insync.replicas": "2"}
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+schedules = st.builds(
+    dict,
+    seed=st.integers(0, 10**9),
+    n_events=st.integers(50, 400),
+    brokers=st.integers(3, 5),
+    partitions=st.integers(1, 3),
+    explicit_ap=st.booleans(),
+    explicit_md=st.booleans(),
+)
+
+
+@FAST
+@given(schedules)
+def test_safe_configuration_never_violates(shape):
+    events = random_schedule(max_unclean=1, **shape)           # KIP-966 tolerates min ISR - 1 lossy crashes
+    out = run_events(events, SAFE)
+    assert not out.get("violations"), out["violations"][:3]
+    assert out["_cluster"].applied + out["_cluster"].rejected == len(events)
+
+
+@FAST
+@given(schedules, st.sampled_from(["true", "false"]))
+def test_recovery_manager_and_elr_modes_are_safe_within_tolerance(shape, manager):
+    events = random_schedule(max_unclean=1, **shape)
+    out = run_events(events, dict(SAFE, **{"unclean.recovery.manager.enabled": manager}))
+    assert not out.get("violations"), out["violations"][:3]
+
+
+@settings(max_examples=25, deadline=None)
+@given(schedules)
+def test_same_stream_twice_gives_identical_tables(shape):
+    events = random_schedule(max_unclean=2, **shape)
+    assert canonical(run_events(events, SAFE)) == canonical(run_events(events, SAFE))
+
+
+@settings(max_examples=25, deadline=None)
+@given(schedules, st.integers(1, 40))
+def test_state_encoding_between_batches_changes_nothing(shape, every):
+    events = random_schedule(max_unclean=2, **shape)
+    assert canonical(run_events(events, SAFE)) == canonical(run_events(events, SAFE, roundtrip_every=every))
+
+
+def run_bucketed(events, config, n_buckets, batch):
+    """The Spark engine's layout, in-process: buckets of partitions, each with its own registry,
+    encoded between micro-batches, timers fired at each batch end up to the stream's time so far."""
+    cfg = EngineConfig(config)
+
+    def owns(i):
+        return lambda key: zlib.crc32(f"{key[0]}|{key[1]}".encode()) % n_buckets == i
+    blobs = [None] * n_buckets
+    out = {}
+    seen_ts = 0
+    for start in range(0, len(events), batch):
+        chunk = events[start:start + batch]
+        seen_ts = max([seen_ts] + [e["ts_ms"] for e in chunk])
+        for i in range(n_buckets):
+            cl = (decode_cluster(blobs[i], cfg, emit_global=i == 0, owns=owns(i)) if blobs[i]
+                  else Cluster(cfg, emit_global=i == 0, owns=owns(i)))
+            for raw in chunk:
+                ev, _ = validate(raw)
+                cl.apply(ev)
+            cl.finish(seen_ts)
+            for k, v in cl.drain().items():
+                out.setdefault(k, []).extend(v)
+            blobs[i] = encode_cluster(cl)
+    out["partition_state"] = []
+    for i in range(n_buckets):
+        out["partition_state"] += decode_cluster(blobs[i], cfg, owns=owns(i)).partition_state_rows()
+    return out
+
+
+@settings(max_examples=20, deadline=None)
+@given(schedules, st.integers(1, 4), st.integers(1, 60))
+def test_bucketed_layout_matches_single_cluster(shape, n_buckets, batch):
+    shape = dict(shape, partitions=3)
+    events = random_schedule(max_unclean=2, topics=2, **shape)
+    assert canonical(run_events(events, SAFE)) == canonical(run_bucketed(events, SAFE, n_buckets, batch))
+
+
+def last_replica_standing():
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.at(100).produce(1, 5, acks=-1)
+    s.fetch_round(2, 3)
+    s.at(1000).fence(3)
+    s.at(2000).fence(2)
+    s.produce(1, 2, acks=1)
+    s.at(3000).crash(1)
+    s.loss(1, 3)
+    s.fence(1)
+    restart = s.at(4000).restart(1, clean=False)
+    unfence = s.unfence(1)
+    s.at(5000).unfence(2)
+    return s.events, restart, unfence
+
+
+def test_elr_off_last_replica_standing_violates_at_the_election():
+    events, restart, unfence = last_replica_standing()
+    out = run_events(events, {"min.insync.replicas": "2", "eligible.leader.replicas.enable": "false"})
+    v = {(r["invariant"], r["seq"]) for r in out["violations"]}
+    assert ("UncleanExclusion", restart) in v                 # the lossy replica stays in the ISR
+    assert ("LeaderCompleteness", unfence) in v               # and is elected without committed data
+    assert ("AckedRecordsDurable", unfence) in v
+    assert min(r["seq"] for r in out["violations"]) == restart
+
+
+def test_elr_on_last_replica_standing_is_safe():
+    events, _, _ = last_replica_standing()
+    out = run_events(events, {"min.insync.replicas": "2"})
+    assert not out.get("violations")
+    assert rows(out, "elections", new_leader=2, election="ELR")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**9))
+def test_unclean_election_losing_data_is_reported(seed):
+    """Unsafe: unclean elections with many lossy crashes. Whenever a leader lacks committed
+    records, LeaderCompleteness and HighWatermarkMonotonic are reported at that same event."""
+    events = random_schedule(seed, 300, max_unclean=4)
+    out = run_events(events, {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"})
+    lc = {r["seq"] for r in out.get("violations", []) if r["invariant"] == "LeaderCompleteness"}
+    hm = {r["seq"] for r in out.get("violations", []) if r["invariant"] == "HighWatermarkMonotonic"}
+    assert lc <= hm
