@@ -104,6 +104,16 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from jobs.bench import bench, format_table
+    parts = [int(x) for x in args.partitions.split(",") if x.strip()]
+    engines = [x.strip() for x in args.engines.split(",") if x.strip()]
+    res = bench(parts, args.events, engines, out_json=args.out, work=args.work,
+                log=lambda m: print(m, file=sys.stderr))
+    print(format_table(res))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="isrflow", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -135,6 +145,14 @@ def main(argv=None) -> int:
     from jobs.simulate import add_arguments as sim_args
     sim_args(p)
     p.set_defaults(fn=cmd_simulate)
+
+    p = sub.add_parser("bench", help="events/s and memory of both engines on the same simulated streams")
+    p.add_argument("--partitions", default="1000,10000,100000", help="comma-separated partition counts")
+    p.add_argument("--events", type=int, default=1_000_000, help="events per stream")
+    p.add_argument("--engines", default="local,spark")
+    p.add_argument("--out", default="bench.json", help="results as JSON")
+    p.add_argument("--work", default=None, help="keep streams and tables here")
+    p.set_defaults(fn=cmd_bench)
 
     args = ap.parse_args(argv)
     return args.fn(args)

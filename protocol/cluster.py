@@ -86,6 +86,7 @@ class Cluster:
         self.applied = 0
         self.rejected = 0
         self._handlers = {t: getattr(self, "_" + t) for t in EVENT_TYPES}
+        self._regview = _RegView(self.brokers)
 
     # ------------------------------------------------------------------ indexes
     def reindex(self, p: Partition) -> None:
@@ -104,7 +105,7 @@ class Cluster:
     def view_of(self, b: int) -> dict[int, tuple]:
         """Broker b's metadata cache of registrations (explicit delivery), else the controller's."""
         if self.config.md_immediate:
-            return _RegView(self.brokers)
+            return self._regview
         return self.views.get(b, {})
 
     def _log_reg(self, seq: int, br: Broker) -> None:
