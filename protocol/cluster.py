@@ -320,6 +320,11 @@ class Cluster:
             rep = p.reps[b] = Replica(b)
             self.reindex(p)
         rep.log.load_snapshot(starts, leo, hwm)
+        if rep.role == LEADER:
+            # the leader was made before its log arrived: its epoch start is the loaded one (or LEO)
+            le = rep.leader_epoch
+            rep.leso = starts.get(le, leo)
+            rep.log.assign(le, rep.leso)
         inv = p.inv
         if hwm > inv.committed_end:
             from .log import runs_prefix

@@ -381,9 +381,8 @@ class Partition:
     def make_leader(self, rep: Replica, le: int, pe: int, replicas, isr) -> None:
         """B11 Partition.makeLeader."""
         was_leader = rep.role == LEADER
-        new_epoch = le > rep.leader_epoch
-        if new_epoch and rep.leader_epoch >= 0 and le < rep.leader_epoch:
-            pass
+        # a new leader epoch resets the leader state; so does leading with no leader state at all
+        new_epoch = le > rep.leader_epoch or rep.leso is None
         rep.role = LEADER
         rep.leader = rep.broker
         rep.assignment = replicas
