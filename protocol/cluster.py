@@ -77,6 +77,7 @@ class Cluster:
         self.by_broker: dict[int, set] = defaultdict(set)
         self.by_topic: dict[str, set] = defaultdict(set)
         self.reg_log: list[tuple] = []              # (seq, broker, reg) for explicit metadata delivery
+        self.reg_base: dict[int, tuple] = {}        # registrations folded out of reg_log (seen by all)
         self.views: dict[int, dict[int, tuple]] = {}  # broker -> its metadata cache of registrations
         self.view_seq: dict[int, int] = {}
         self.last_seq = 0
@@ -572,12 +573,21 @@ class Cluster:
                 self.end(p)
             return
         if not self.config.md_immediate:
-            view = self.views.setdefault(b, {})
+            if b not in self.views:
+                self.views[b] = dict(self.reg_base)
+            view = self.views[b]
             start = self.view_seq.get(b, -1)
             for s, rb, reg in self.reg_log:
                 if s > start and (up_to is None or s <= up_to):
                     view[rb] = reg
-            self.view_seq[b] = max(start, up_to if up_to is not None else self.last_seq)
+            self.view_seq[b] = max(start, up_to if up_to is not None else ev["seq"])
+            # entries every broker has seen are no longer needed
+            low = min((self.view_seq.get(x, -1) for x in self.brokers), default=-1)
+            if self.reg_log and self.reg_log[0][0] <= low:
+                for sq, rb, reg in self.reg_log:
+                    if sq <= low:
+                        self.reg_base[rb] = reg
+                self.reg_log = [r for r in self.reg_log if r[0] > low]
         for p in self.hosted(b):
             self.begin(p, ev["seq"], ev["ts_ms"])
             if not self.config.md_immediate:

@@ -80,7 +80,7 @@ def partition_in(cl: Cluster, t) -> Partition:
 def cluster_out(cl: Cluster) -> tuple:
     return ([b.to_tuple() for b in cl.brokers.values()], cl.topic_cfg,
             [partition_out(cl.partitions[k]) for k in sorted(cl.partitions)],
-            cl.reg_log, cl.views, cl.view_seq, cl.last_seq, cl.max_ts, cl.applied, cl.rejected)
+            cl.reg_log, cl.views, cl.view_seq, cl.last_seq, cl.max_ts, cl.applied, cl.rejected, cl.reg_base)
 
 
 def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> Cluster:
@@ -99,6 +99,7 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     cl.views = {int(k): {int(b): tuple(r) for b, r in v.items()} for k, v in t[4].items()}
     cl.view_seq = dict(t[5])
     cl.last_seq, cl.max_ts, cl.applied, cl.rejected = t[6:10]
+    cl.reg_base = {int(k): tuple(v) for k, v in t[10].items()}
     return cl
 
 
