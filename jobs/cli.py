@@ -104,6 +104,27 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from jobs.compare import compare, format_compare
+    try:
+        r = compare(args.tables_a, args.tables_b, min_isr=args.min_isr)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    print(json.dumps(r, indent=1) if args.json else format_compare(r))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from jobs.report import build_report
+    try:
+        path = build_report(args.tables, args.out, compare_dir=args.compare, partitions=args.partition or None,
+                            max_partitions=args.max_partitions, min_isr=args.min_isr)
+    except (FileNotFoundError, ValueError) as e:
+        _fail(str(e))
+    print(path)
+    return 0
+
+
 def cmd_bench(args) -> int:
     from jobs.bench import bench, format_table
     parts = [int(x) for x in args.partitions.split(",") if x.strip()]
@@ -145,6 +166,22 @@ def main(argv=None) -> int:
     from jobs.simulate import add_arguments as sim_args
     sim_args(p)
     p.set_defaults(fn=cmd_simulate)
+
+    p = sub.add_parser("compare", help="what-if: two replays of one schedule side by side")
+    p.add_argument("tables_a")
+    p.add_argument("tables_b")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--min-isr", type=int, default=None, help="min ISR for under-min-ISR time (default: from _run.json)")
+    p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("report", help="one self-contained HTML report with plots")
+    p.add_argument("--tables", required=True)
+    p.add_argument("--compare", default=None, help="a second tables directory (what-if)")
+    p.add_argument("--out", default="report.html")
+    p.add_argument("--partition", action="append", help="partition to plot, e.g. t0-3 (repeatable)")
+    p.add_argument("--max-partitions", type=int, default=6)
+    p.add_argument("--min-isr", type=int, default=None)
+    p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("bench", help="events/s and memory of both engines on the same simulated streams")
     p.add_argument("--partitions", default="1000,10000,100000", help="comma-separated partition counts")

@@ -80,7 +80,13 @@ def _to_arrow_table(dt: DeltaTable) -> pa.Table:
     if features & {"deletionVectors", "columnMapping"}:
         return dt.to_pyarrow_table()
     schema = pa.schema(dt.schema().to_arrow())
-    return pds.dataset(dt.file_uris(), format="parquet", schema=schema).to_table()
+    # file_uris() percent-encodes (spaces, <, >, ...): turn file:// URIs back into plain paths
+    from urllib.parse import unquote, urlparse
+    files = []
+    for u in dt.file_uris():
+        pu = urlparse(u)
+        files.append(unquote(pu.path) if pu.scheme in ("file", "") else u)
+    return pds.dataset(files, format="parquet", schema=schema).to_table()
 
 
 def _ensure_dir(root: Path) -> None:
