@@ -229,3 +229,43 @@ def test_alter_partition_applied_when_response_beats_metadata():
     out = run_events(s.events, {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit"})
     assert last(out, "alter_partition", seq=b)["phase"] == "APPLIED"
     assert out["partition_state"][0]["maximal_isr"] == [1, 2, 3]
+
+
+def test_stale_partition_epoch_keeps_the_leader_pending_until_metadata():
+    s = S().up(1, 2, 3, 4)
+    s.create([1, 2, 3, 4])
+    s.sync(1); s.sync(2); s.sync(3); s.sync(4)
+    s.at(1000).fetch(2); s.fetch(3)
+    s.at(50_000).tick(1)                         # 4 never fetched: propose [1, 2, 3] with partition epoch 0
+    s.fence(2)                                   # meanwhile the controller moves to partition epoch 1
+    a = s.ap_arrive()
+    b = s.ap_response()
+    t = s.tick(1)                                # still pending: no new proposal
+    s.sync(1)                                    # metadata arrives: the pending state is dropped
+    c = s.tick(1)
+    out = run_events(s.events, {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit",
+                                "isr.expiration.interval.ms": "0"})
+    r = last(out, "alter_partition", seq=a)
+    assert (r["phase"], r["error"]) == ("REJECTED", "INVALID_UPDATE_VERSION")       # A19 step 7
+    r = last(out, "alter_partition", seq=b)
+    assert (r["phase"], r["error"]) == ("IGNORED", "INVALID_UPDATE_VERSION")        # B10: stays pending
+    assert not rows(out, "alter_partition", seq=t)
+    r = last(out, "alter_partition", seq=c, phase="PROPOSED")
+    assert (r["proposed_isr"], r["partition_epoch"]) == ([1, 3], 1)
+
+
+def test_controlled_shutdown_moves_leadership_and_elr_like_fence():
+    s = three()
+    seq = s.shutdown(1)
+    out = run_events(s.events, {"min.insync.replicas": "3"})
+    r = last(out, "metadata_log", seq=seq)
+    assert (r["leader"], r["isr"], r["elr"]) == (2, [2, 3], [1])
+    assert last(out, "elections", seq=seq)["election"] == "ISR"
+
+
+def test_crashed_leader_parked_produce_never_answered():
+    s = three()
+    seq = s.produce(1, 1, acks=-1)
+    s.crash(1)
+    out = run_events(s.events)
+    assert last(out, "produce", seq=seq)["result"] == "NETWORK_EXCEPTION"
