@@ -31,10 +31,36 @@ Stream layout
   ``AlterPartitionArrive``/``AlterPartitionResponse`` pairs a few ms after
   fetches and ticks, and ``MetadataSync`` per live broker every
   ``metadata_interval_ms`` (``up_to_seq`` null).
-* The simulator's leader belief: the first replica that is up (alive,
-  unfenced, not shutting down) once the believed leader goes down; back to the
-  preferred replica at every ``leader_imbalance_interval_ms`` (the
-  controller's auto rebalance) and on preferred elections.
+* The simulator's leader belief follows the controller's rules (SPEC §4, roughly;
+  the engine computes the truth), updated at every fault action so that each
+  window of steady traffic has one believed leader per partition:
+
+  - a rough ISR / ELR per partition: brokers leave every ISR when fenced or in
+    controlled shutdown (KIP-966: while the ISR is below min ISR the leavers
+    join the ELR, a broker restarting after an unclean shutdown leaves it);
+    followers that are up (alive, unfenced, not shutting down) and reachable
+    rejoin the ISR of a reachable leader at once;
+  - the leader is STICKY: it stays while it is a valid leader (in the ISR,
+    unfenced, not shutting down -- a crashed or isolated leader stays leader
+    until its session expires, but gets no traffic meanwhile). Otherwise the
+    first valid replica in replica order: in the ISR, or in the ELR when the
+    ISR is empty; then the last known leader; then, with
+    ``unclean.leader.election.enable``, any acceptable replica; else the
+    partition is leaderless (0) and gets no produce / consumer / fetch rows;
+  - a returning broker takes leadership back only through the preferred
+    election: the auto rebalance every ``leader_imbalance_interval_ms`` (on its
+    multiples, where the preferred replica is in the ISR and up) or
+    ``elect:preferred``;
+  - reassignments: replicas = target + removing while in progress, leader kept;
+    completion when the adding replicas have caught up (about their second
+    fetch), then removed replicas leave and a removed leader is replaced by the
+    first valid target replica; cancel reverts (replicas minus adding).
+
+  ``Produce``, ``ListOffsets`` and ``ConsumerFetch`` go to the believed leader.
+  After a leader change a client with stale metadata still sends up to one
+  produce request per partition to the previous leader within a seeded window
+  of up to 1 s (if that broker is reachable); the engine answers it with
+  NOT_LEADER_OR_FOLLOWER. The summary counts them (``stale_leader_produces``).
 
 Fault grammar (``faults=``)
 ---------------------------
@@ -67,7 +93,8 @@ Items are separated by ``,`` or ``;``::
 ``zone-outage:RACK[:lose=..][:frac=F]@T[+D]``  every broker of rack RACK (``rack0``.., or a number) crashes
                                             uncleanly at the same T, all back at T+D (default 120s).
 ``reassign:TP->B,B,..@T``                   Reassign TP to the replica list (the simulator assumes it
-                                            completes ``reassign_settle_ms`` later unless cancelled).
+                                            completes once the adding replicas caught up, or
+                                            ``reassign_settle_ms`` later if one is down; unless cancelled).
 ``cancel-reassign:TP@T``                    Reassign with replicas null (cancel).
 ``elect:preferred|unclean[:TP]@T``          ElectLeaders for TP, or (no TP / ``all``) every partition.
 ``elect:designated:TP:B@T``                 ElectLeaders DESIGNATED with target B.
@@ -88,6 +115,7 @@ arguments override, and their fault times scale with ``duration_ms``.
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import math
 import os
@@ -677,6 +705,7 @@ class _StreamWriter:
 # --------------------------------------------------------------------------
 
 _MAX_WINDOW_ROWS = 500_000
+_GRACE_MS = 5_000   # a reassignment's new leader keeps fetching this long (see _reassign_done_at)
 
 _DEFAULTS: dict[str, Any] = {
     "brokers": 6, "partitions": 100, "rf": 3, "racks": 3, "min_isr": None,
@@ -784,7 +813,8 @@ class _Sim:
                  produce_rate, records_per_produce, acks_mix, fetch_interval_ms, tick_interval_ms,
                  consumer_rate, delivery, metadata_interval_ms, alter_partition_interval_ms,
                  session_timeout_ms, leader_imbalance_interval_ms, reassign_settle_ms, window_ms,
-                 log_loss_fraction, faults, steady_rng, fault_rng, writer):
+                 log_loss_fraction, faults, steady_rng, fault_rng, writer, stale_rng,
+                 stale_max_ms=1_000.0):
         self.N, self.racks, self.topics, self.ppt, self.rf = brokers, racks, topics, partitions, rf
         self.P = len(topics) * partitions
         self.duration, self.window = duration_ms, window_ms
@@ -796,6 +826,7 @@ class _Sim:
         self.loss_frac = log_loss_fraction
         self.faults = faults
         self.rng, self.frng = steady_rng, fault_rng
+        self.stale_max_ms = float(stale_max_ms)
         self.w = writer
         self.seq = 1
         self.counts: dict[str, int] = {}
@@ -805,14 +836,44 @@ class _Sim:
         self.topic_of = np.repeat(np.arange(len(topics), dtype=np.int32), partitions)
         self.pnum_of = np.tile(np.arange(partitions, dtype=np.int32), len(topics))
         self.orig = _place_replicas(P, brokers, racks, rf)
-        extra = max([len(f.replicas) for f in faults if f.kind == "reassign"] or [0])
-        self.R = max(rf, extra) + extra
+        # replica slots: a reassignment in progress holds target + removing (the union of the lists)
+        self.R = max(rf, min(brokers, rf + sum(len(f.replicas) for f in faults if f.kind == "reassign")))
         self.rep = np.zeros((P, self.R), dtype=np.int32)   # 0 = empty slot
         self.rep[:, :rf] = self.orig
-        self.reassign_orig: dict[int, list[int]] = {}     # reassignment in progress: original replicas
+        self.reassign_adding: dict[int, list[int]] = {}   # reassignment in progress: adding replicas
         self.reassign_target: dict[int, tuple[int, ...]] = {}
-        self.leader = self.orig[:, 0].copy()
+        self.reassign_due: dict[int, int | None] = {}      # token of the scheduled completion
+        self.reassign_fi: dict[int, int] = {}
+        self._n_token = 0
+        self.leader = self.orig[:, 0].copy()               # believed leader, 0 = leaderless
         self.produced = np.zeros(P, dtype=np.int64)
+        # The controller-side belief (SPEC §4 rules, roughly): ISR / ELR membership per broker
+        # (column 0 unused, always False), the last known leader, per-partition min ISR and
+        # unclean election flag (topic config).
+        self.isr = np.zeros((P, brokers + 1), bool)
+        self.isr[np.arange(P)[:, None], self.orig] = True
+        self.elr = np.zeros((P, brokers + 1), bool)
+        self.lke = np.zeros(P, np.int32)
+        mi = np.ones(len(topics), np.int64)
+        unc = np.zeros(len(topics), bool)
+        for ti in range(len(topics)):
+            cfg = {"min.insync.replicas": str(min_isr) if min_isr is not None else "1"}
+            cfg.update({str(k): str(v) for k, v in (topic_config[ti] or {}).items()})
+            mi[ti], unc[ti] = self._cfg_vals(cfg, 1, False)
+        self.min_isr_p = mi[self.topic_of]
+        self.unclean_p = unc[self.topic_of]
+        # Clients with stale metadata: after a leader change, up to `stale_left` produce requests
+        # before `stale_until` still go to `stale_to` (the previous leader).
+        self.last_leader = self.leader.copy()
+        self.stale_to = np.zeros(P, np.int32)
+        self.stale_left = np.zeros(P, np.int64)
+        self.stale_until = np.zeros(P, float)
+        self.srng = stale_rng
+        self.n_stale = 0
+        # after a believed reassignment completion the new leader keeps fetching for a while
+        self.grace_b = np.zeros(P, np.int32)
+        self.grace_until = np.zeros(P, float)
+        self._grace: list[int] = []
 
         # brokers (index 0 unused)
         n1 = brokers + 1
@@ -874,20 +935,127 @@ class _Sim:
         up[0] = False
         return up
 
-    def _refresh_leaders(self, preferred: bool = False, only: np.ndarray | None = None) -> None:
-        up = self._up()
-        upm = up[self.rep]
-        has = upm.any(axis=1)
-        first = self.rep[np.arange(self.P), upm.argmax(axis=1)]
+    def _acceptable(self) -> np.ndarray:
+        """The controller's view: registered, unfenced, not in controlled shutdown. A crashed
+        broker stays acceptable until its session expires (BrokerFence)."""
+        acc = ~self.fenced & ~self.shutting
+        acc[0] = False
+        return acc
+
+    @staticmethod
+    def _cfg_vals(cfg: Mapping[str, str], mi: int, unc: bool) -> tuple[int, bool]:
+        v = cfg.get("min.insync.replicas")
+        if v is not None:
+            try:
+                mi = max(1, int(v))
+            except ValueError:
+                pass
+        v = cfg.get("unclean.leader.election.enable")
+        if v is not None:
+            unc = str(v).strip().lower() == "true"
+        return mi, unc
+
+    def _set_isr(self, ps: np.ndarray, new_isr: np.ndarray, unclean_out: int = 0) -> None:
+        """ISR of partitions ps -> new_isr (bool rows), with KIP-966's ELR rule: while the ISR is
+        below min ISR, members leaving it (and the ELR so far) are eligible, except a broker that
+        restarted after an unclean shutdown; at or above min ISR the ELR is empty. An ISR that
+        becomes empty remembers the last leader."""
+        if ps.size == 0:
+            return
+        old = self.isr[ps]
+        n_rep = (self.rep[ps] > 0).sum(axis=1)
+        below = new_isr.sum(axis=1) < np.minimum(self.min_isr_p[ps], np.maximum(n_rep, 1))
+        elr = (self.elr[ps] | old) & ~new_isr & below[:, None]
+        if unclean_out:
+            elr[:, unclean_out] = False
+        emptied = ~new_isr.any(axis=1) & old.any(axis=1) & (self.leader[ps] > 0)
+        self.lke[ps[emptied]] = self.leader[ps[emptied]]
+        self.isr[ps] = new_isr
+        self.elr[ps] = elr
+
+    def _elect(self, ps: np.ndarray, preferred: bool = False, unclean: bool = False) -> None:
+        """Controller election (PartitionChangeBuilder.electLeader, roughly) for partitions ps:
+        the current leader stays while valid (preferred: the first replica if valid); else the
+        first valid replica in replica order (in the ISR, or in the ELR when the ISR is empty);
+        else the last known leader when ISR and ELR are empty; else, with unclean election, the
+        first acceptable replica; else leaderless (0)."""
+        if ps.size == 0:
+            return
+        acc_b = self._acceptable()
+        R = self.rep[ps]
+        k = np.arange(ps.size)
+        rows = ps[:, None]
+        acc = acc_b[R] & (R > 0)
+        isr_empty = ~self.isr[ps].any(axis=1)
+        elr_any = self.elr[ps].any(axis=1)
+        valid = acc & (self.isr[rows, R] | (isr_empty[:, None] & self.elr[rows, R]))
+        cur = self.leader[ps]
+        cur_valid = (valid & (R == cur[:, None])).any(axis=1)
+        first = np.where(valid.any(axis=1), R[k, valid.argmax(axis=1)], 0)
+        new = np.where(cur_valid, cur, first)
         if preferred:
-            pref = self.rep[:, 0]
-            move = up[pref]
-            new = np.where(move, pref, np.where(up[self.leader], self.leader, np.where(has, first, self.leader)))
-        else:
-            new = np.where(up[self.leader], self.leader, np.where(has, first, self.leader))
-        if only is not None:
-            new = np.where(only, new, self.leader)
-        self.leader = new.astype(np.int32)
+            new = np.where(valid[:, 0], R[:, 0], new)
+        new = new.astype(np.int32)
+        # ELR election: the new leader becomes the ISR
+        from_elr = isr_empty & (new > 0) & (new != cur)
+        # last known leader (ISR and ELR empty)
+        lk = self.lke[ps]
+        lk_ok = (new == 0) & isr_empty & ~elr_any & (lk > 0) & acc_b[lk] & (R == lk[:, None]).any(axis=1)
+        new = np.where(lk_ok, lk, new)
+        # unclean election
+        unc = (new == 0) & (self.unclean_p[ps] | unclean) & acc.any(axis=1)
+        new = np.where(unc, R[k, acc.argmax(axis=1)], new)
+        reset = from_elr | lk_ok | unc
+        if reset.any():
+            pr, nl = ps[reset], new[reset]
+            self.isr[pr] = False
+            self.isr[pr, nl] = True
+            self.elr[pr, nl] = False
+            wipe = lk_ok | unc
+            self.elr[ps[wipe]] = False
+        self.lke[ps[(new > 0) & (new != cur)]] = 0
+        self.leader[ps] = new
+
+    def _settle(self, t: int, before: np.ndarray) -> None:
+        """After an action: fenced / shutting-down brokers leave every ISR, partitions whose
+        believed leader is gone (or not in the ISR any more) elect a new one, followers that are
+        up and reachable join the ISR of a reachable leader, and clients get a short window of
+        stale metadata for partitions whose leader changed."""
+        acc = self._acceptable()
+        drop = self.isr & ~acc[None, :]
+        ps = np.flatnonzero(drop.any(axis=1))
+        self._set_isr(ps, self.isr[ps] & ~drop[ps])
+        P = np.arange(self.P)
+        lead = self.leader
+        need = np.flatnonzero((lead == 0) | ~acc[lead] | ~self.isr[P, lead])
+        self._elect(need)
+        # ISR expansion (followers catch up quickly)
+        up = self._up()
+        reach = self._reachable()
+        ok = up & reach
+        lead_ok = ok[self.leader]
+        join = (self.rep > 0) & ok[self.rep] & lead_ok[:, None]
+        jr, jc = np.nonzero(join)
+        self.isr[jr, self.rep[jr, jc]] = True
+        n_rep = (self.rep > 0).sum(axis=1)
+        full = self.isr.sum(axis=1) >= np.minimum(self.min_isr_p, np.maximum(n_rep, 1))
+        self.elr[full] = False
+        self.elr &= ~self.isr
+        for p in [q for q, due in self.reassign_due.items() if due is None]:
+            self._schedule_reassign_done(p, t)
+        if self._grace:
+            g = np.array(self._grace)
+            self._grace = []
+            self.grace_b[g] = self.leader[g]
+            self.grace_until[g] = t + _GRACE_MS
+        # stale metadata after a leader change
+        new = self.leader
+        ch = np.flatnonzero((new > 0) & (new != before) & (new != self.last_leader) & (self.last_leader > 0))
+        if ch.size:
+            self.stale_to[ch] = self.last_leader[ch]
+            self.stale_left[ch] = 1
+            self.stale_until[ch] = t + self.srng.random(ch.size) * self.stale_max_ms
+        self.last_leader = np.where(new > 0, new, self.last_leader).astype(np.int32)
 
     def _reachable(self) -> np.ndarray:
         r = self.alive & (self.isolated == 0)
@@ -928,7 +1096,8 @@ class _Sim:
 
         # follower fetches
         rep = self.rep
-        active = (rep > 0) & reach[rep] & (rep != self.leader[:, None]) & leader_ok[:, None]
+        follower = (rep != self.leader[:, None]) | ((rep == self.grace_b[:, None]) & (self.grace_until > a)[:, None])
+        active = (rep > 0) & reach[rep] & follower & leader_ok[:, None]
         iv = self.fetch_base * self.slow[rep]
         flat_idx, ft = _periodic(self.fetch_next.reshape(-1), iv.reshape(-1), active.reshape(-1),
                                  a, b, 0.25, rng)
@@ -967,7 +1136,7 @@ class _Sim:
         cols_type = [np.full(nf, _T_FETCH, np.int8), np.full(npr, _T_PRODUCE, np.int8),
                      np.where(is_list, _T_LIST, _T_CFETCH).astype(np.int8), np.full(tb.size, _T_TICK, np.int8)]
         cols_p = [fp, pp, cp, np.full(tb.size, -1)]
-        cols_b = [fb, self.leader[pp], self.leader[cp], tb]
+        cols_b = [fb, self._produce_targets(pp, pt, reach), self.leader[cp], tb]
         n_ap = 0
         if self.delivery == "explicit":
             # AlterPartition round trips after some fetches and after every tick (leader's partitions)
@@ -1045,6 +1214,26 @@ class _Sim:
                 self.counts[name] = self.counts.get(name, 0) + c
         self.produced += np.bincount(pp, weights=recs, minlength=P).astype(np.int64)
 
+    def _produce_targets(self, pp: np.ndarray, pt: np.ndarray, reach: np.ndarray) -> np.ndarray:
+        """Broker of each produce request: the believed leader, except the first ``stale_left``
+        requests (in time order) of a partition before its ``stale_until``, which a client with
+        stale metadata still sends to the previous leader (if that one is reachable)."""
+        out = self.leader[pp]
+        if pp.size == 0 or not self.stale_left.any():
+            return out
+        cand = np.flatnonzero((self.stale_left[pp] > 0) & (pt < self.stale_until[pp]) & reach[self.stale_to[pp]])
+        if cand.size == 0:
+            return out
+        cand = cand[np.lexsort((pt[cand], pp[cand]))]
+        cp = pp[cand]
+        start = np.flatnonzero(np.r_[True, cp[1:] != cp[:-1]])
+        rank = np.arange(cand.size) - np.repeat(start, np.diff(np.r_[start, cand.size]))
+        sel = cand[rank < self.stale_left[cp]]
+        out[sel] = self.stale_to[pp[sel]]
+        self.n_stale += int(sel.size)
+        self.stale_left -= np.bincount(pp[sel], minlength=self.P)
+        return out
+
     # ---------------------------------------------------------------- faults
     def expand(self) -> list[tuple[int, int, int, str, dict]]:
         """Faults -> primitive timed actions (t, fault index, step, action, args)."""
@@ -1084,9 +1273,8 @@ class _Sim:
                 add(T, fi, 0, "slow_start", broker=f.broker, factor=factor)
                 add(T + D, fi, 1, "slow_end", broker=f.broker, factor=factor)
             elif f.kind == "reassign":
+                # "reassign_settle" (completion) is scheduled when the reassignment starts
                 add(T, fi, 0, "reassign", gp=self._gp(f.topic, f.partition), replicas=f.replicas)
-                add(T + self.settle_ms, fi, 1, "reassign_settle", gp=self._gp(f.topic, f.partition),
-                    replicas=f.replicas)
             elif f.kind == "cancel-reassign":
                 add(T, fi, 0, "cancel", gp=self._gp(f.topic, f.partition))
             elif f.kind == "elect":
@@ -1113,7 +1301,14 @@ class _Sim:
 
     def apply(self, t: int, fi: int, name: str, kw: dict, dead: set) -> list[dict]:
         """Run one action at time t; returns rows. A fault whose first action
-        cannot happen is skipped entirely (its later actions too)."""
+        cannot happen is skipped entirely (its later actions too). Then the
+        leader belief follows the controller (``_settle``)."""
+        before = self.leader.copy()
+        rows = self._apply(t, fi, name, kw, dead)
+        self._settle(t, before)
+        return rows
+
+    def _apply(self, t: int, fi: int, name: str, kw: dict, dead: set) -> list[dict]:
         key = (fi, kw.get("sub", 0))
         if key in dead:
             return []
@@ -1130,7 +1325,6 @@ class _Sim:
                 return skip(f"broker {b} is not running")
             self.shutting[b] = True
             rows.append({"type": "BrokerControlledShutdown", "broker": b})
-            self._refresh_leaders()
         elif name == "crash":
             if not self.alive[b]:
                 return skip(f"broker {b} is not running")
@@ -1158,7 +1352,6 @@ class _Sim:
             if not self.fenced[b]:
                 self.fenced[b] = True
                 rows.append({"type": "BrokerFence", "broker": b})
-                self._refresh_leaders()
         elif name == "restart":
             if self.alive[b]:
                 return []
@@ -1169,12 +1362,15 @@ class _Sim:
             self.fenced[b] = True
             rows.append({"type": "BrokerRegister", "broker": b, "broker_epoch": self.epoch_counter,
                          "previous_broker_epoch": prev})
-            self._refresh_leaders()
+            if prev < 0:  # unclean shutdown: out of every ISR and ELR
+                ps = np.flatnonzero(self.isr[:, b] | self.elr[:, b])
+                new_isr = self.isr[ps]
+                new_isr[:, b] = False
+                self._set_isr(ps, new_isr, unclean_out=b)
         elif name == "unfence":
             if self.alive[b] and self.fenced[b] and self.ctrl_cut[b] == 0 and self.isolated[b] == 0:
                 self.fenced[b] = False
                 rows.append({"type": "BrokerUnfence", "broker": b})
-                self._refresh_leaders()
         elif name == "cut_start":
             if not self.alive[b]:
                 return skip(f"broker {b} is not running")
@@ -1183,14 +1379,12 @@ class _Sim:
             if self.alive[b] and not self.fenced[b] and (self.ctrl_cut[b] or self.isolated[b]):
                 self.fenced[b] = True
                 rows.append({"type": "BrokerFence", "broker": b})
-                self._refresh_leaders()
         elif name == "cut_end":
             arr = self.ctrl_cut if kw["cut"] == "ctrl" else self.isolated
             arr[b] = max(0, arr[b] - 1)
             if self.alive[b] and self.fenced[b] and self.ctrl_cut[b] == 0 and self.isolated[b] == 0:
                 self.fenced[b] = False
                 rows.append({"type": "BrokerUnfence", "broker": b})
-                self._refresh_leaders()
         elif name == "slow_start":
             self.slow_list[b].append(kw["factor"])
             self.slow[b] = max(self.slow_list[b])
@@ -1199,28 +1393,32 @@ class _Sim:
                 self.slow_list[b].remove(kw["factor"])
             self.slow[b] = max(self.slow_list[b], default=1.0)
         elif name == "reassign":
+            # Kafka: replicas = target + removing (sorted), the leader stays while it is valid
             p, reps = kw["gp"], tuple(kw["replicas"])
-            orig = self.reassign_orig.setdefault(p, [int(x) for x in self.rep[p] if x > 0])
+            cur = [int(x) for x in self.rep[p] if x > 0]
+            self.reassign_adding[p] = sorted(set(reps) - set(cur))
             self.reassign_target[p] = reps
-            self._set_reps(p, orig + [x for x in reps if x not in orig], t)
+            self._set_reps(p, list(reps) + sorted(set(cur) - set(reps)), t)
             rows.append({"type": "Reassign", **self._tp(p), "replicas": list(reps)})
+            self.reassign_due[p] = None
+            self.reassign_fi[p] = fi
+            self._schedule_reassign_done(p, t)
         elif name == "reassign_settle":
+            # completed (all target replicas caught up): removing replicas leave; a removed
+            # leader is replaced by the first valid target replica (_settle)
             p, reps = kw["gp"], tuple(kw["replicas"])
-            if self.reassign_target.get(p) == reps:
-                del self.reassign_target[p], self.reassign_orig[p]
+            if self.reassign_target.get(p) == reps and self.reassign_due.get(p) == kw["token"]:
+                del self.reassign_target[p], self.reassign_adding[p], self.reassign_due[p]
                 self._set_reps(p, list(reps), t)
-                if self.leader[p] not in reps:
-                    self.leader[p] = reps[0]
-                self._refresh_leaders()
+                self._keep_replicas(p)
+                self._grace.append(p)
         elif name == "cancel":
             p = kw["gp"]
-            if p in self.reassign_orig:
-                orig = self.reassign_orig.pop(p)
-                del self.reassign_target[p]
-                self._set_reps(p, orig, t)
-                if self.leader[p] not in orig:
-                    self.leader[p] = orig[0]
-                self._refresh_leaders()
+            if p in self.reassign_target:
+                adding = self.reassign_adding.pop(p)
+                del self.reassign_target[p], self.reassign_due[p]
+                self._set_reps(p, [int(x) for x in self.rep[p] if x > 0 and x not in adding], t)
+                self._keep_replicas(p)
             rows.append({"type": "Reassign", **self._tp(p), "replicas": None})
         elif name == "elect":
             et, gp = kw["election"], kw["gp"]
@@ -1230,26 +1428,82 @@ class _Sim:
                 if kw.get("target") is not None:
                     r["target"] = kw["target"]
                 rows.append(r)
-            only = None
-            if gp is not None:
-                only = np.zeros(self.P, bool)
-                only[gp] = True
+            ps = np.arange(self.P) if gp is None else np.array([gp])
             if et == "PREFERRED":
-                self._refresh_leaders(preferred=True, only=only)
-            elif et == "DESIGNATED" and self._up()[kw["target"]]:
-                self.leader[gp] = kw["target"]
-            else:
-                self._refresh_leaders(only=only)
+                self._elect(ps, preferred=True)
+            elif et == "DESIGNATED":
+                tgt = kw["target"]
+                if self.leader[gp] == 0 and self._acceptable()[tgt] and (self.rep[gp] == tgt).any():
+                    if self.leader[gp] != tgt:
+                        self.lke[gp] = 0
+                    if not self.isr[gp, tgt] and not (not self.isr[gp].any() and self.elr[gp, tgt]):
+                        self.isr[gp] = False   # unclean: the target alone
+                        self.elr[gp] = False
+                    self.isr[gp, tgt] = True
+                    self.elr[gp, tgt] = False
+                    self.leader[gp] = tgt
+            else:  # UNCLEAN: only leaderless partitions
+                self._elect(ps[self.leader[ps] == 0], unclean=True)
         elif name == "config":
             r = {"type": "AlterConfig", "topic": kw["topic"], "config": kw["config"]}
             if kw.get("partition") is not None:
                 r["partition"] = kw["partition"]
             rows.append(r)
+            ps = np.arange(self.P) if kw.get("partition") is None else np.array([self._gp(kw["topic"], kw["partition"])])
+            ps = ps[self.topic_of[ps] == self.topics.index(kw["topic"])]
+            for q in ps.tolist():
+                self.min_isr_p[q], self.unclean_p[q] = self._cfg_vals(
+                    kw["config"], int(self.min_isr_p[q]), bool(self.unclean_p[q]))
         elif name == "rebalance":
-            self._refresh_leaders(preferred=True)
+            # auto.leader.rebalance: the preferred replica takes over where it is a valid leader
+            pref = self.rep[:, 0]
+            ps = np.flatnonzero((self.leader != pref) & self._acceptable()[pref] & self.isr[np.arange(self.P), pref])
+            self.lke[ps] = 0
+            self.leader[ps] = pref[ps]
         for r in rows:
             r["ts_ms"] = t
         return rows
+
+    def _schedule_reassign_done(self, p: int, t: int) -> None:
+        """Schedule the completion of p's reassignment (in progress since t or earlier) if it can
+        be foreseen now. The controller completes it as soon as every adding replica is in the
+        ISR: with nothing to add at once; with immediate delivery, once every adding replica and
+        the leader are up and reachable (re-checked after every action), about when each adding
+        replica fetches for the second time (the first fetch copies the log, the second reports
+        the new LEO); with explicit delivery ``reassign_settle_ms`` after the start. The estimate
+        may be early: the new leader keeps fetching as a follower for a grace period
+        (``_GRACE_MS``) so that the engine completes it anyway."""
+        adding = self.reassign_adding[p]
+        if not adding:
+            done = t
+        elif self.delivery != "immediate":
+            done = t + self.settle_ms
+        else:
+            ok = self._up() & self._reachable()
+            if not ok[adding].all() or not ok[self.leader[p]]:
+                return
+            slots = np.flatnonzero(np.isin(self.rep[p], adding))
+            second = self.fetch_next[p, slots] + self.fetch_base[p, slots] * self.slow[adding]
+            done = max(t, int(math.ceil(float(second.max())))) + 1
+        self._n_token += 1
+        self.reassign_due[p] = self._n_token
+        self._schedule(done, self.reassign_fi[p], 1, "reassign_settle", gp=p,
+                       replicas=self.reassign_target[p], token=self._n_token)
+
+    def _schedule(self, t: int, fi: int, step: int, name: str, **kw) -> None:
+        """Add an action during the run (same order rules as ``expand``)."""
+        if t >= self.duration:
+            return
+        self._n_act += 1
+        heapq.heappush(self._heap, (t, fi if fi >= 0 else 1 << 30, step, self._n_act, (t, fi, step, name, kw)))
+
+    def _keep_replicas(self, p: int) -> None:
+        """A replica set change (reassignment completed / cancelled): ISR and ELR keep only
+        replicas; a leader outside the new replicas is replaced by ``_settle``."""
+        mask = np.zeros(self.N + 1, bool)
+        mask[self.rep[p][self.rep[p] > 0]] = True
+        self.isr[p] &= mask
+        self.elr[p] &= mask
 
     def _set_reps(self, p: int, reps: list[int], t: int) -> None:
         old = self.rep[p].copy()
@@ -1264,18 +1518,22 @@ class _Sim:
         self.bootstrap()
         acts = self.expand()
         grid = list(range(self.window, self.duration, self.window)) + [self.duration]
-        bounds = sorted(set(grid) | {a[0] for a in acts})
-        by_t: dict[int, list] = {}
-        for a in acts:
-            by_t.setdefault(a[0], []).append(a)
+        self._heap = [(a[0], a[1] if a[1] >= 0 else 1 << 30, a[2], i, a) for i, a in enumerate(acts)]
+        heapq.heapify(self._heap)
+        self._n_act = len(acts)
         dead: set = set()
-        cur = 0
-        for bnd in bounds:
+        cur, gi = 0, 0
+        while gi < len(grid) or self._heap:
+            bnd = min(grid[gi] if gi < len(grid) else self.duration,
+                      self._heap[0][0] if self._heap else self.duration)
             if bnd > cur:
                 self.steady(cur, bnd)
                 cur = bnd
+            while gi < len(grid) and grid[gi] <= bnd:
+                gi += 1
             rows: list[dict] = []
-            for t, fi, _step, name, kw in by_t.get(bnd, ()):
+            while self._heap and self._heap[0][0] == bnd:
+                t, fi, _step, name, kw = heapq.heappop(self._heap)[4]
                 rows += self.apply(t, fi, name, kw, dead)
             self._emit_rows(rows)
 
@@ -1378,7 +1636,7 @@ def simulate(
             raise ValueError(f"{nm} must be >= 0")
 
     ss = np.random.SeedSequence(int(seed))
-    steady_ss, fault_ss, scen_ss = ss.spawn(3)
+    steady_ss, fault_ss, scen_ss, stale_ss = ss.spawn(4)
     fault_list: list[Fault] = []
     if scenario:
         ctx = _Ctx(brokers, racks, topic_names, partitions, duration_ms,
@@ -1424,7 +1682,8 @@ def simulate(
                reassign_settle_ms=int(reassign_settle_ms), window_ms=int(window_ms),
                log_loss_fraction=float(log_loss_fraction), faults=fault_list,
                steady_rng=np.random.Generator(np.random.PCG64(steady_ss)),
-               fault_rng=np.random.Generator(np.random.PCG64(fault_ss)), writer=writer)
+               fault_rng=np.random.Generator(np.random.PCG64(fault_ss)), writer=writer,
+               stale_rng=np.random.Generator(np.random.PCG64(stale_ss)))
     sim.run()
     writer.close()
 
@@ -1472,6 +1731,7 @@ def simulate(
         "rf": rf, "duration_ms": duration_ms, "seed": int(seed), "scenario": scenario,
         "faults": [f.spec() for f in fault_list], "skipped_faults": sim.skipped,
         "counts": dict(sorted(sim.counts.items())), "engine_config": engine_config,
+        "stale_leader_produces": sim.n_stale,
         "elapsed_s": round(time.perf_counter() - t_start, 3),
     }
 

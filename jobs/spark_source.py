@@ -1,0 +1,313 @@
+"""The Spark engine's input: a Python streaming data source over a stream directory.
+
+Why not Spark's file source: it orders files by modification time, while SPEC §2 orders a
+stream by file NAME; and the engine needs each row's exact stream position. This source
+(pyspark >= 4.2 Python Data Source API) plans micro-batches over the files in name order:
+
+* offset = {"files": k, "last": name of file k-1} (k files consumed). `maxFilesPerTrigger`
+  is a ReadMaxFiles limit; Trigger.AvailableNow is supported (the target is fixed when the
+  query starts); in `run` mode new files are picked up (they must sort after the consumed
+  ones; a file that sorts before them is an error, not silently skipped).
+* one input partition per micro-batch, read sequentially: parse, validate, and the GLOBAL
+  seq / ts_ms order check (SPEC §2: a row whose seq is not after the last applied seq, or
+  whose ts_ms goes back, is rejected). That check is a sequential scan over the whole
+  stream; its carry (last applied seq, stream time) after the first k files is a pure
+  function of those files, so it is stored in ``<checkpoint>/isrflow_carry/<k>.json``
+  when a batch ends at k and read back by the batch starting at k (recomputed from the
+  files if missing). The scan is exactly the in-process engine's check, across
+  micro-batches and buckets.
+* the pre-stage routing: partition-scoped rows go to their bucket, broker-scoped rows and
+  topic-wide AlterConfig to every bucket (the stateless explode), rows rejected here to
+  the bucket of their partition (bucket 0 if none). Rows are packed: one output row per
+  (bucket, chunk of input rows) holding a pickled list of events, so Spark moves a few
+  large values instead of a row per event.
+
+Output columns (SCHEMA): bucket, pos (first stream position of the chunk: file index << 32
+| row), et_ms (the stream time after the chunk + 1 ms; the event-time column: with a 1 ms
+watermark delay the watermark is exactly the stream time after the previous batches, and
+no row is ever behind it), n_in / min_seq / max_seq (chunk statistics, on one row of the
+chunk), payload.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+from protocol.cluster import PARTITION_TYPES, TOPIC_TYPES
+from schemas.events import EVENT_COLUMNS, validate
+
+from .buckets import bucket_of
+from .streamio import iter_file_rows, list_stream_files, row_to_json
+
+SCHEMA = "bucket int, pos long, et_ms long, n_in long, min_seq long, max_seq long, payload binary"
+FORMAT = "isrflow"
+CHUNK_ROWS = 50_000
+APPLY, REJECTED = 0, 1
+
+
+class SourceError(RuntimeError):
+    pass
+
+
+def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int) -> str | None:
+    """The in-process engine's order check (protocol.cluster.Cluster.apply), same words."""
+    if seq <= last_seq:
+        return (f"{typ} row seq {seq}: seq {seq} is not after the last applied seq "
+                f"{last_seq} (duplicate or out of order); dropped")
+    if ts < max_ts:
+        return (f"{typ} row seq {seq}: ts_ms {ts} goes back before the stream's time "
+                f"{max_ts} (ts_ms must not decrease with seq); dropped")
+    return None
+
+
+def loose(raw) -> dict:
+    """Best-effort common columns of an invalid row (as jobs.local_engine._loose)."""
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for k, typ in (("topic", str), ("partition", int), ("seq", int), ("ts_ms", int)):
+        v = raw.get(k)
+        if isinstance(v, typ) and not isinstance(v, bool):
+            out[k] = v
+    return out
+
+
+def _rej(ev: dict, raw_json: str, reason: str) -> dict:
+    return {"topic": ev.get("topic"), "partition": ev.get("partition"), "seq": ev.get("seq"), "idx": 0,
+            "ts_ms": ev.get("ts_ms"), "raw": raw_json, "reason": reason}
+
+
+# ----------------------------------------------------------------------------- the scan
+def scan(files: list[tuple[int, str]], carry: tuple[int, int], n_buckets: int, chunk_rows: int = CHUNK_ROWS,
+         route: bool = True):
+    """Read files [(index, path)] in order from `carry` = (last applied seq, stream time).
+    Yields output tuples (see SCHEMA) when route, and finally returns the new carry via
+    StopIteration.value (use `run_scan`)."""
+    last_seq, max_ts = carry
+    buckets: dict[int, list] = {}
+    n_in = 0
+    min_seq = max_seq = None
+    chunk_pos = None
+    all_b = range(n_buckets)
+
+    def flush():
+        nonlocal buckets, n_in, min_seq, max_seq, chunk_pos
+        first = True
+        for b in sorted(buckets):
+            items = buckets[b]
+            yield (b, chunk_pos, max_ts + 1, n_in if first else 0, min_seq if first else None,
+                   max_seq if first else None, pickle.dumps(items, protocol=5))
+            first = False
+        buckets = {}
+        n_in = 0
+        min_seq = max_seq = None
+        chunk_pos = None
+
+    for fi, path in files:
+        p = Path(path)
+        for rowno, (raw, text, err) in enumerate(iter_file_rows(p)):
+            if chunk_pos is None:
+                chunk_pos = (fi << 32) | rowno
+            n_in += 1
+            if err is not None:
+                if route:
+                    buckets.setdefault(0, []).append((REJECTED, _rej({}, row_to_json(raw, text), err)))
+            else:
+                ev, reason = validate(raw)
+                if ev is None:
+                    if route:
+                        lo = loose(raw)
+                        b = bucket_of(lo["topic"], lo["partition"], n_buckets) \
+                            if "topic" in lo and "partition" in lo else 0
+                        buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), reason)))
+                else:
+                    seq, ts, typ = ev["seq"], ev["ts_ms"], ev["type"]
+                    if min_seq is None or seq < min_seq:
+                        min_seq = seq
+                    if max_seq is None or seq > max_seq:
+                        max_seq = seq
+                    scoped = typ in PARTITION_TYPES or (typ in TOPIC_TYPES and ev.get("partition") is not None)
+                    why = order_reject_reason(typ, seq, ts, last_seq, max_ts)
+                    if why is not None:
+                        if route:
+                            b = bucket_of(ev["topic"], ev["partition"], n_buckets) if scoped else 0
+                            buckets.setdefault(b, []).append((REJECTED, _rej(ev, row_to_json(raw, text), why)))
+                    else:
+                        last_seq, max_ts = seq, ts
+                        if route:
+                            # the event as a tuple of EVENT_COLUMNS values (compact to pickle) and
+                            # its stream position (the raw row is re-read only if the core rejects it)
+                            item = (APPLY, tuple(map(ev.__getitem__, EVENT_COLUMNS)), (fi << 32) | rowno)
+                            if scoped:
+                                buckets.setdefault(bucket_of(ev["topic"], ev["partition"], n_buckets),
+                                                   []).append(item)
+                            else:
+                                for b in all_b:
+                                    buckets.setdefault(b, []).append(item)
+            if n_in >= chunk_rows:
+                yield from flush()
+    if n_in:
+        yield from flush()
+    return (last_seq, max_ts)
+
+
+def run_scan(files, carry, n_buckets, chunk_rows=CHUNK_ROWS, route=True):
+    out = []
+    gen = scan(files, carry, n_buckets, chunk_rows, route)
+    while True:
+        try:
+            out.append(next(gen))
+        except StopIteration as s:
+            return out, s.value
+
+
+# ----------------------------------------------------------------------------- carry files
+def raw_rows_at(stream: str, positions) -> dict[int, str]:
+    """{pos: the row as JSON} for stream positions (file index << 32 | row number), reading
+    each file once. Used for the `raw` of rows the protocol core rejects."""
+    files = list_stream_files(stream)
+    want: dict[int, set] = {}
+    for pos in positions:
+        want.setdefault(pos >> 32, set()).add(pos & 0xFFFFFFFF)
+    out = {}
+    for fi, rows in want.items():
+        last = max(rows)
+        for rowno, (raw, text, err) in enumerate(iter_file_rows(files[fi])):
+            if rowno in rows:
+                out[(fi << 32) | rowno] = row_to_json(raw, text)
+            if rowno >= last:
+                break
+    return out
+
+
+def carry_path(carry_dir: str, k: int) -> str:
+    return os.path.join(carry_dir, f"{k}.json")
+
+
+def load_carry(carry_dir: str, stream: str, k: int, n_buckets: int) -> tuple[int, int]:
+    if k == 0:
+        return (0, 0)
+    try:
+        with open(carry_path(carry_dir, k), encoding="utf-8") as fh:
+            d = json.load(fh)
+        return (int(d["last_seq"]), int(d["max_ts"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    # not recorded (lost, or another writer): recompute from the first k files
+    files = list_stream_files(stream)[:k]
+    if len(files) < k:
+        raise SourceError(f"stream {stream} has {len(files)} files, the checkpoint has consumed {k}")
+    gen = scan([(i, str(f)) for i, f in enumerate(files)], (0, 0), n_buckets, route=False)
+    try:
+        while True:
+            next(gen)
+    except StopIteration as s:
+        carry = s.value
+    save_carry(carry_dir, k, carry)
+    return carry
+
+
+def save_carry(carry_dir: str, k: int, carry: tuple[int, int]) -> None:
+    os.makedirs(carry_dir, exist_ok=True)
+    final = carry_path(carry_dir, k)
+    tmp = f"{final}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"last_seq": carry[0], "max_ts": carry[1]}, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+
+
+# ----------------------------------------------------------------------------- Spark API
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, SupportsTriggerAvailableNow
+except ImportError:  # pragma: no cover - pyspark without the Python data source API
+    DataSource = DataSourceStreamReader = SupportsTriggerAvailableNow = object
+    InputPartition = object
+
+
+class _Part(InputPartition):
+    def __init__(self, start: int, end: int, files: list):
+        self.start, self.end, self.files = start, end, files
+
+
+class IsrflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: dict):
+        self.path = options["path"]
+        self.carry_dir = options["carry_dir"]
+        self.n_buckets = int(options["n_buckets"])
+        self.chunk_rows = int(options.get("chunk_rows") or CHUNK_ROWS)
+        mf = options.get("max_files_per_trigger")
+        self.max_files = int(mf) if mf not in (None, "", "None") else None
+        self.target = None
+
+    def _files(self):
+        return list_stream_files(self.path)
+
+    def initialOffset(self) -> dict:
+        return {"files": 0, "last": ""}
+
+    def getDefaultReadLimit(self):
+        return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = len(self._files())
+
+    def _check(self, files, off: dict) -> None:
+        k = off["files"]
+        if k and (len(files) < k or files[k - 1].name != off["last"]):
+            raise SourceError(f"stream {self.path}: file #{k} is no longer {off['last']!r} (files must only be "
+                              "added, with names that sort after the consumed ones)")
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        files = self._files()
+        self._check(files, start)
+        n = len(files) if self.target is None else min(self.target, len(files))
+        k = start["files"]
+        if isinstance(limit, ReadMaxFiles):
+            n = min(n, k + limit.max_files)
+        if n <= k:
+            return start
+        return {"files": n, "last": files[n - 1].name}
+
+    def partitions(self, start: dict, end: dict):
+        s, e = start["files"], end["files"]
+        if e <= s:
+            return []
+        files = self._files()
+        self._check(files, end)
+        return [_Part(s, e, [(i, str(files[i])) for i in range(s, e)])]
+
+    def read(self, partition):
+        import time
+        t0 = time.perf_counter()
+        carry = load_carry(self.carry_dir, self.path, partition.start, self.n_buckets)
+        gen = scan(partition.files, carry, self.n_buckets, self.chunk_rows)
+        while True:
+            try:
+                yield next(gen)
+            except StopIteration as s:
+                save_carry(self.carry_dir, partition.end, s.value)
+                if os.environ.get("ISRFLOW_PROFILE"):
+                    import sys
+                    print(f"[profile] read files {partition.start}..{partition.end}: {time.perf_counter() - t0:.2f}s",
+                          file=sys.stderr, flush=True)
+                return
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class IsrflowSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def streamReader(self, schema):
+        return IsrflowStreamReader(self.options)
