@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     for name in ("replay", "run"):
         p = sub.add_parser(name, help="replay a stream" if name == "replay" else "continuous streaming job")
         _add_engine_args(p)
-        p.add_argument("--engine", choices=["spark", "local"], default="local" if name == "replay" else "spark")
+        p.add_argument("--engine", choices=["spark", "local"], default="spark")
         p.add_argument("--checkpoint", help="Spark checkpoint directory")
         p.add_argument("--max-files-per-trigger", type=int, default=None)
         p.add_argument("--shuffle-partitions", type=int, default=None)

@@ -9,6 +9,7 @@ from jobs.delta_sink import read_table
 ROOT = Path(__file__).resolve().parents[1]
 ISRFLOW = str(Path(sys.executable).parent / "isrflow")
 DEMO = str(ROOT / "examples" / "demo")
+DEMO_ROWS = sum(1 for f in Path(DEMO).glob("*.jsonl") for line in f.read_text().splitlines() if line.strip())
 
 
 def run(*args, check=True):
@@ -21,9 +22,9 @@ def run(*args, check=True):
 def test_replay_local_writes_tables_and_accounts_for_every_row(tmp_path):
     out = run("replay", DEMO, "--tables", str(tmp_path / "t"), "--engine", "local")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["input_rows"] == summary["applied"] + summary["rejected"] == 2808
+    assert summary["input_rows"] == summary["applied"] + summary["rejected"] == DEMO_ROWS
     progress = read_table(str(tmp_path / "t"), "progress").to_pylist()
-    assert sum(r["applied"] + r["rejected"] for r in progress) == sum(r["input_rows"] for r in progress) == 2808
+    assert sum(r["applied"] + r["rejected"] for r in progress) == sum(r["input_rows"] for r in progress) == DEMO_ROWS
     assert read_table(str(tmp_path / "t"), "metadata_log").num_rows > 0
     assert (tmp_path / "t" / "_run.json").exists()
 
