@@ -25,3 +25,39 @@ def owns_fn(bucket: int, n_buckets: int):
             r = cache[key] = bucket_of(key[0], key[1], n_buckets) == bucket
         return r
     return owns
+
+
+def _murmur3_int(v: int, seed: int = 42) -> int:
+    """Spark's Murmur3_x86_32.hashInt (the hash of HashPartitioning on an int column)."""
+    m = 0xFFFFFFFF
+
+    def rotl(x, r):
+        return ((x << r) | (x >> (32 - r))) & m
+    k1 = (v & m) * 0xCC9E2D51 & m
+    k1 = rotl(k1, 15) * 0x1B873593 & m
+    h1 = seed ^ k1
+    h1 = (rotl(h1, 13) * 5 + 0xE6546B64) & m
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & m
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & m
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def group_keys(n_buckets: int, n_shuffle: int) -> list[int]:
+    """The grouping key of each bucket (key % n_buckets == bucket). n_shuffle <= 0: the
+    bucket itself (checkpoints made before balancing). Else the smallest key whose Spark
+    hash partition is bucket % n_shuffle, so the buckets spread evenly over the shuffle
+    (= state store) partitions instead of Murmur3's uneven split of 0..n-1. Frozen in the
+    checkpoint with n_shuffle (it keys the state store)."""
+    if n_shuffle <= 0:
+        return list(range(n_buckets))
+    keys = []
+    for b in range(n_buckets):
+        k = b
+        while _murmur3_int(k) % n_shuffle != b % n_shuffle and k < b + n_buckets * 10_000:
+            k += n_buckets
+        keys.append(k if _murmur3_int(k) % n_shuffle == b % n_shuffle else b)
+    return keys

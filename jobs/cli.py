@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 EXIT_USAGE = 2
 EXIT_FAIL = 1
@@ -48,6 +49,9 @@ def cmd_replay(args) -> int:
         _fail(str(e))
     if not files:
         _fail(f"stream {args.stream} has no .jsonl/.json/.ndjson/.parquet files")
+    if args.overwrite and args.tables and Path(args.tables).exists():
+        import shutil
+        shutil.rmtree(args.tables)      # tables, _run.json and any Spark checkpoint inside
     try:
         if args.engine == "local":
             from jobs.local_engine import replay_local

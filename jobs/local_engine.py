@@ -14,7 +14,7 @@ from protocol.cluster import Cluster
 from protocol.config import EngineConfig
 from schemas.events import validate
 
-from .streamio import iter_raw_rows, list_stream_files, row_to_json
+from .streamio import iter_raw_rows, list_stream_files, loose, row_to_json
 
 
 def fingerprint(stream, config: EngineConfig, engine: str) -> str:
@@ -45,7 +45,7 @@ class LocalEngine:
             return
         ev, reason = validate(raw)
         if ev is None:
-            cl.reject(_loose(raw), row_to_json(raw, text), reason, True)
+            cl.reject(loose(raw), row_to_json(raw, text), reason, True)
             return
         seq = ev["seq"]
         if self.min_seq is None or seq < self.min_seq:
@@ -96,18 +96,6 @@ def write_run_info(tables_dir, stream, config: EngineConfig, engine: str, app_id
     info = {"stream": str(Path(stream).resolve()), "engine": engine, "app_id": app_id,
             "config": dict(sorted(config.raw.items()))}
     (Path(tables_dir) / "_run.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
-
-
-def _loose(raw) -> dict:
-    """Best-effort common columns of an invalid row, for the rejected table."""
-    if not isinstance(raw, dict):
-        return {}
-    out = {}
-    for k, typ in (("topic", str), ("partition", int), ("seq", int), ("ts_ms", int)):
-        v = raw.get(k)
-        if isinstance(v, typ) and not isinstance(v, bool):
-            out[k] = v
-    return out
 
 
 def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_rows: int = 500_000,

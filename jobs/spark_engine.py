@@ -2,7 +2,7 @@
 
 Plan of one query (see jobs/spark_source.py for the reader):
 
-    isrflow stream source (name order, one task per micro-batch: parse, validate, the
+    isrflow stream source (name order, one task per file, in parallel: parse, validate, the
     global seq/ts_ms order check, routing; packed rows per (bucket, chunk))
       -> withWatermark(et, 1 ms)               # watermark == stream time after earlier batches
       -> groupBy(bucket).applyInPandasWithState(bucket_fn, "table string, data binary",
@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import signal
 import sys
 import tempfile
@@ -92,7 +91,7 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
     from protocol.cluster import Cluster
     from protocol.codec import decode_cluster, encode_cluster
     from schemas.events import EVENT_COLUMNS
-    from .spark_source import raw_rows_at
+    from .spark_source import raw_rows_at, unpack
 
     owns = owns_fn(bucket, n_buckets)
     if blob is not None:
@@ -114,7 +113,7 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
             if hi is not None and (mx is None or hi > mx):
                 mx = hi
             apply = cl.apply
-            for item in pickle.loads(payload):
+            for item in unpack(payload):
                 if item[0] != APPLY:
                     pre_rejected.append(item[1])
                     continue
@@ -150,9 +149,8 @@ def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
         import pandas as pd
         from schemas.tables import rows_to_arrow
 
-        _t0 = time.perf_counter()
         cfg = _config(cfg_raw)
-        bucket = int(key[0])
+        bucket = int(key[0]) % n_buckets      # the grouping key (see jobs.buckets.group_keys)
         wm = state.getCurrentWatermarkMs()
         wm = wm if wm and wm > 0 else 0
         chunks = []
@@ -175,7 +173,6 @@ def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
             names.append("partition_state")
             datas.append(_ipc(rows_to_arrow("partition_state", state_rows)))
         names.append("_stats")
-        stats["fn_s"] = round(time.perf_counter() - _t0, 3)
         datas.append(json.dumps(stats).encode())
         yield pd.DataFrame({"table": names, "data": datas})
     return bucket_fn
@@ -202,16 +199,28 @@ def _default_checkpoint(stream: str, tables_dir: str, config: EngineConfig) -> s
 
 def _meta(checkpoint: str, n_buckets: int | None, stream: str) -> int:
     """The bucket count is frozen in the checkpoint: record it, reuse it."""
+    return _meta_keys(checkpoint, n_buckets, stream, None)[0]
+
+
+def _meta_keys(checkpoint: str, n_buckets: int | None, stream: str, shuffle_partitions) -> tuple[int, int]:
+    """(bucket count, key_shuffle) frozen in the checkpoint: key_shuffle is the shuffle
+    partition count the grouping keys were balanced for (jobs.buckets.group_keys; 0 for
+    checkpoints made before that: the key is the bucket)."""
     os.makedirs(checkpoint, exist_ok=True)
     p = Path(checkpoint) / "isrflow.json"
     if p.exists():
         meta = json.loads(p.read_text())
         if n_buckets is not None and int(n_buckets) != meta["n_buckets"]:
             raise ValueError(f"checkpoint {checkpoint} was created with {meta['n_buckets']} buckets, not {n_buckets}")
-        return int(meta["n_buckets"])
+        return int(meta["n_buckets"]), int(meta.get("key_shuffle", 0))
     n = int(n_buckets or os.environ.get("ISRFLOW_BUCKETS") or DEFAULT_BUCKETS)
-    p.write_text(json.dumps({"n_buckets": n, "stream": str(Path(stream).resolve())}))
-    return n
+    if (Path(checkpoint) / "spark").exists():
+        ks = 0      # a Spark checkpoint without our record: keep its keys
+    else:
+        from conf import spark_defaults
+        ks = int(shuffle_partitions or spark_defaults().get("spark.sql.shuffle.partitions", "2"))
+    p.write_text(json.dumps({"n_buckets": n, "stream": str(Path(stream).resolve()), "key_shuffle": ks}))
+    return n, ks
 
 
 def _kill_hook(batch_id: int, phase: str) -> None:
@@ -248,17 +257,13 @@ class BatchWriter:
             self._batch(df, batch_id)
 
     def _batch(self, df, batch_id: int) -> None:
-        _t0 = time.perf_counter()
         rows = df.collect()                      # the one action on the batch DataFrame
-        _t1 = time.perf_counter()
-        fn_s = []
         per: dict[str, list] = defaultdict(list)
         st = {"n_in": 0, "applied": 0, "rejected": 0, "min_seq": None, "max_seq": None, "max_ts": 0}
         for r in rows:
             name, data = r["table"], r["data"]
             if name == "_stats":
                 s = json.loads(bytes(data))
-                fn_s.append(s.get("fn_s"))
                 for k in ("n_in", "applied", "rejected"):
                     st[k] += s[k]
                 st["max_ts"] = max(st["max_ts"], s["max_ts"])
@@ -289,9 +294,6 @@ class BatchWriter:
             _kill_hook(batch_id, "mid")
         self.sink.commit(batch_id, tables, state_rows)
         _kill_hook(batch_id, "after")
-        if os.environ.get("ISRFLOW_PROFILE"):
-            print(f"[profile] batch {batch_id}: collect {_t1 - _t0:.2f}s, sink {time.perf_counter() - _t1:.2f}s, "
-                  f"bucket fn seconds {sorted(x for x in fn_s if x is not None)}", file=sys.stderr, flush=True)
         tot = self.totals
         tot["input_rows"] += st["n_in"]
         tot["applied"] += st["applied"]
@@ -359,7 +361,7 @@ def _set_shuffle(spark, shuffle_partitions) -> None:
 
 
 def build_query(spark, stream: str, tables_dir: str, config: EngineConfig, checkpoint: str, n_buckets: int,
-                writer: BatchWriter, *, max_files_per_trigger=None, trigger=None):
+                writer: BatchWriter, *, max_files_per_trigger=None, trigger=None, key_shuffle: int = 0):
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -370,7 +372,8 @@ def build_query(spark, stream: str, tables_dir: str, config: EngineConfig, check
     reader = (spark.readStream.format(FORMAT)
               .option("path", str(Path(stream).resolve()))
               .option("carry_dir", str(Path(checkpoint).resolve() / "isrflow_carry"))
-              .option("n_buckets", str(n_buckets)))
+              .option("n_buckets", str(n_buckets))
+              .option("key_shuffle", str(int(key_shuffle))))
     if max_files_per_trigger:
         reader = reader.option("max_files_per_trigger", str(int(max_files_per_trigger)))
     src = reader.load()
@@ -402,7 +405,7 @@ def replay_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoi
 
     if checkpoint is None:
         checkpoint = _default_checkpoint(stream, tables_dir, config)
-    n_buckets = _meta(checkpoint, n_buckets, stream)
+    n_buckets, key_shuffle = _meta_keys(checkpoint, n_buckets, stream, shuffle_partitions)
     spark = spark or get_spark(master, shuffle_partitions)
     _set_shuffle(spark, shuffle_partitions)
     if progress is None and os.environ.get("ISRFLOW_PROGRESS"):
@@ -411,7 +414,7 @@ def replay_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoi
     writer = BatchWriter(sink, progress)
     t0 = time.perf_counter()
     q = build_query(spark, stream, tables_dir, config, checkpoint, n_buckets, writer,
-                    max_files_per_trigger=max_files_per_trigger)
+                    max_files_per_trigger=max_files_per_trigger, key_shuffle=key_shuffle)
     try:
         q.awaitTermination()
     except BaseException:
@@ -429,7 +432,7 @@ def run_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoint,
     SIGINT/SIGTERM (or stop_event) stop it cleanly after the running micro-batch."""
     from .spark_session import get_spark
 
-    n_buckets = _meta(checkpoint, n_buckets, stream)
+    n_buckets, key_shuffle = _meta_keys(checkpoint, n_buckets, stream, shuffle_partitions)
     spark = spark or get_spark(master, shuffle_partitions)
     _set_shuffle(spark, shuffle_partitions)
     if progress is None:
@@ -444,7 +447,8 @@ def run_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoint,
     t0 = time.perf_counter()
     q = build_query(spark, stream, tables_dir, config, checkpoint, n_buckets, writer,
                     max_files_per_trigger=max_files_per_trigger,
-                    trigger={"processingTime": f"{max(float(trigger_seconds), 0.1)} seconds"})
+                    trigger={"processingTime": f"{max(float(trigger_seconds), 0.1)} seconds"},
+                    key_shuffle=key_shuffle)
     progress(f"isrflow run: watching {stream} (checkpoint {checkpoint}); stop with Ctrl-C / SIGTERM")
     try:
         while not stop.is_set():

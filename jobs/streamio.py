@@ -125,3 +125,15 @@ def row_to_json(raw: Optional[dict], raw_text: Optional[str] = None) -> str:
 
 def _is_pairs(v) -> bool:
     return type(v) is list and bool(v) and all(type(x) is tuple and len(x) == 2 for x in v)
+
+
+def loose(raw) -> dict:
+    """Best-effort common columns of an invalid row for the rejected table."""
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for k, typ in (("topic", str), ("partition", int), ("seq", int), ("ts_ms", int)):
+        v = raw.get(k)
+        if isinstance(v, typ) and not isinstance(v, bool):
+            out[k] = v
+    return out
