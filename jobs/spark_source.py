@@ -43,7 +43,7 @@ import pickle
 import zlib
 from pathlib import Path
 
-from protocol.cluster import PARTITION_TYPES, TOPIC_TYPES
+from protocol.cluster import PARTITION_TYPES, TOPIC_TYPES, order_reject_reason
 from schemas.events import EVENT_COLUMNS, validate
 
 from .buckets import bucket_of, group_keys
@@ -58,17 +58,6 @@ APPLY, REJECTED = 0, 1
 
 class SourceError(RuntimeError):
     pass
-
-
-def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int) -> str | None:
-    """The in-process engine's order check (protocol.cluster.Cluster.apply), same words."""
-    if seq <= last_seq:
-        return (f"{typ} row seq {seq}: seq {seq} is not after the last applied seq "
-                f"{last_seq} (duplicate or out of order); dropped")
-    if ts < max_ts:
-        return (f"{typ} row seq {seq}: ts_ms {ts} goes back before the stream's time "
-                f"{max_ts} (ts_ms must not decrease with seq); dropped")
-    return None
 
 
 def _rej(ev: dict, raw_json: str, reason: str) -> dict:

@@ -26,6 +26,17 @@ TOPIC_TYPES = frozenset({"AlterConfig"})
 EVENT_TYPES = PARTITION_TYPES | BROKER_TYPES | TOPIC_TYPES
 
 
+def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int) -> str | None:
+    """SPEC §2: seq strictly increases, ts_ms never decreases; the reason a row breaking that is dropped."""
+    if seq <= last_seq:
+        return (f"{typ} row seq {seq}: seq {seq} is not after the last applied seq "
+                f"{last_seq} (duplicate or out of order); dropped")
+    if ts < max_ts:
+        return (f"{typ} row seq {seq}: ts_ms {ts} goes back before the stream's time "
+                f"{max_ts} (ts_ms must not decrease with seq); dropped")
+    return None
+
+
 class Broker:
     """Controller registration (epoch, fenced, in controlled shutdown) and the process's truth."""
     __slots__ = ("id", "epoch", "fenced", "in_cs", "registered", "alive", "proc_epoch")
@@ -152,13 +163,10 @@ class Cluster:
         ts = ev["ts_ms"]
         typ = ev["type"]
         scoped = typ in PARTITION_TYPES or (typ in TOPIC_TYPES and ev.get("partition") is not None)
-        if seq <= self.last_seq:
-            self.reject(ev, raw, f"{typ} row seq {seq}: seq {seq} is not after the last applied seq "
-                                 f"{self.last_seq} (duplicate or out of order); dropped", scoped)
-            return
-        if ts < self.max_ts:
-            self.reject(ev, raw, f"{typ} row seq {seq}: ts_ms {ts} goes back before the stream's time "
-                                 f"{self.max_ts} (ts_ms must not decrease with seq); dropped", scoped)
+        bad = order_reject_reason(typ, seq, ts, self.last_seq, self.max_ts) if (
+            seq <= self.last_seq or ts < self.max_ts) else None
+        if bad:
+            self.reject(ev, raw, bad, scoped)
             return
         if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):
             self.last_seq = seq
@@ -168,8 +176,6 @@ class Cluster:
             self._handlers[typ](ev)
         except Reject as r:
             self.reject(ev, raw, f"{typ} row seq {seq}: {r}", scoped)
-            if scoped or self.emit_global:
-                pass
         else:
             if scoped or self.emit_global:
                 self.applied += 1
