@@ -14,8 +14,9 @@ from collections import defaultdict
 
 from .config import ConfigError, EngineConfig, validate_topic_config
 from .invariants import Invariants
-from .partition import (NO_LEADER, ONLINE, PREFERRED, RECOVERED, RECOVERING, UNCLEAN, Partition)
-from .replica import LEADER
+from .partition import NO_LEADER, ONLINE, PREFERRED, RECOVERED, UNCLEAN, Partition
+from .log import runs_prefix
+from .replica import LEADER, Replica
 
 PARTITION_TYPES = frozenset({
     "CreatePartition", "Reassign", "ElectLeaders", "PartitionRecord", "ReplicaSnapshot", "ReplicaLogLoss",
@@ -321,7 +322,6 @@ class Cluster:
         if hwm > leo:
             raise Reject(f"hwm {hwm} is beyond log_end_offset {leo}")
         self.begin(p, ev["seq"], ev["ts_ms"])
-        from .replica import Replica
         rep = p.reps.get(b)
         if rep is None:
             rep = p.reps[b] = Replica(b)
@@ -334,7 +334,6 @@ class Cluster:
             rep.log.assign(le, rep.leso)
         inv = p.inv
         if hwm > inv.committed_end:
-            from .log import runs_prefix
             inv.committed = runs_prefix(rep.log.runs, hwm)
             inv.committed_end = hwm
         inv.on_log_change(p, rep)

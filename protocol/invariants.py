@@ -58,9 +58,6 @@ class Invariants:
             self.committed = runs_prefix(log.runs, hw)
             self.committed_end = hw
 
-    def on_append(self, p, rep) -> None:
-        pass
-
     def on_log_change(self, p, rep) -> None:
         self.changed.add(rep.broker)
         self.dirty = True

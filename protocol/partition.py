@@ -25,12 +25,6 @@ STAY_PENDING_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_ID
                                  "INVALID_UPDATE_VERSION", "INVALID_REQUEST", "NEW_LEADER_ELECTED"})
 
 
-class Snapshot(tuple):
-    """A partition registration as a broker materializes it (metadata image)."""
-    __slots__ = ()
-    # (leader, leader_epoch, partition_epoch, replicas, isr, adding, removing, lrs)
-
-
 class Partition:
     def __init__(self, cluster, topic: str, partition: int):
         self.cl = cluster
@@ -712,7 +706,6 @@ class Partition:
         inc = br.proc_epoch
         base = rep.log.append(rep.leader_epoch, inc, n)
         row["base_offset"] = base
-        self.inv.on_append(self, rep)
         if acks == -1:
             pr = Produce(self.cur_seq, self.now, base + n, base, n, self.now + self.cl.config.request_timeout_ms,
                          rep.leader_epoch, inc, self.idx)
@@ -870,7 +863,7 @@ class Partition:
             frep.log.truncate_to(off)   # the follower's log is shorter than the model thought
             self.inv.on_log_change(self, frep)
 
-    def _fetch_row(self, row, result, frep, force=True):
+    def _fetch_row(self, row, result, frep):
         row["result"] = result
         if frep is not None:
             row["replica_leo"] = frep.log.leo
@@ -903,7 +896,6 @@ class Partition:
         """B14 Partition#fetchOffsetForTimestamp (client request: leader required)."""
         b = ev["broker"]
         spec = ev["offset_spec"]
-        iso = ev.get("isolation") or "READ_UNCOMMITTED"
         row = {"broker": b, "type": "ListOffsets", "fetch_offset": None, "result": "NONE", "offset": None,
                "records": None, "hwm": None}
         rep, err = self._client_leader(b, ev.get("current_leader_epoch"))
@@ -920,8 +912,8 @@ class Partition:
         elif rep.leso is not None and rep.leso > log.hwm:
             row["result"] = "OFFSET_NOT_AVAILABLE"
         else:
-            row["offset"] = log.hwm  # READ_COMMITTED: no transactions, so LSO == HWM
-        _ = iso
+            # READ_UNCOMMITTED answers the HWM; READ_COMMITTED the LSO, which is the HWM without transactions
+            row["offset"] = log.hwm
         self.emit("consumer", row)
 
     def consumer_fetch(self, ev: dict) -> None:
