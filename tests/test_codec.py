@@ -9,7 +9,7 @@ from protocol.config import EngineConfig
 from tests.engine_util import canonical, rows, run_events
 from tests.gen import random_schedule
 
-SCEN = Path(__file__).resolve().parents[2] / "shared" / "scenarios"
+SCEN = Path(__file__).resolve().parent / "scenarios"
 
 
 def test_roundtrip_preserves_the_whole_cluster():
@@ -39,7 +39,6 @@ def test_state_is_compact():
     assert max(sizes) < 4096, sizes
 
 
-@pytest.mark.skipif(not SCEN.exists(), reason="shared scenarios not present")
 def test_snapshot_load_works_with_immediate_metadata():
     sc = json.loads((SCEN / "snapshot-replay-divergence.json").read_text())
     events = [e for e in sc["events"] if e["type"] != "MetadataSync"]

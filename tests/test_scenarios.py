@@ -6,14 +6,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-CHECK = SHARED / "tools" / "check_scenarios.py"
+CHECK = ROOT / "tools" / "check_scenarios.py"
 ISRFLOW = Path(sys.executable).parent / "isrflow"
 
 
-@pytest.mark.skipif(not CHECK.exists(), reason="../shared/tools/check_scenarios.py not present")
 def test_public_scenarios_local_engine():
     proc = subprocess.run([sys.executable, str(CHECK), "--cmd", str(ISRFLOW), "--engine", "local",
-                           str(SHARED / "scenarios")], capture_output=True, text=True, timeout=600)
+                           str(ROOT / "tests" / "scenarios")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1].endswith(" 0 failed")
