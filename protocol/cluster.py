@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .config import ConfigError, EngineConfig, validate_topic_config
+from .config import ConfigError, EngineConfig, topic_config_error, validate_topic_config
 from .invariants import Invariants
 from .partition import NO_LEADER, ONLINE, PREFERRED, RECOVERED, UNCLEAN, Partition
 from .log import runs_prefix
@@ -27,6 +27,16 @@ TOPIC_TYPES = frozenset({"AlterConfig"})
 EVENT_TYPES = PARTITION_TYPES | BROKER_TYPES | TOPIC_TYPES
 
 
+# org.apache.kafka.common.protocol.Errors default messages (kafka-clients 4.4.0), used where the
+# controller answers `new ApiError(error)` without a message.
+_ERROR_MESSAGES = {
+    "ELECTION_NOT_NEEDED": "Leader election not needed for topic partition.",
+    "PREFERRED_LEADER_NOT_AVAILABLE": "The preferred leader was not available.",
+    "ELIGIBLE_LEADERS_NOT_AVAILABLE": "Eligible topic partition leaders are not available.",
+    "NO_REASSIGNMENT_IN_PROGRESS": "No partition reassignment is in progress.",
+}
+
+
 def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int) -> str | None:
     """SPEC §2: seq strictly increases, ts_ms never decreases; the reason a row breaking that is dropped."""
     if seq <= last_seq:
@@ -39,8 +49,17 @@ def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int)
 
 
 class Broker:
-    """Controller registration (epoch, fenced, in controlled shutdown) and the process's truth."""
-    __slots__ = ("id", "epoch", "fenced", "in_cs", "registered", "alive", "proc_epoch")
+    """Controller registration (epoch, fenced, in controlled shutdown), the controller's heartbeat
+    session of the broker, and the process's truth.
+
+    Session (BrokerHeartbeatTracker, Kafka 4.4.0): the controller tracks the last contact of
+    (broker id, broker epoch); a registration starts it, every heartbeat renews it, and it expires
+    once more than `broker.session.timeout.ms` passed since the last contact (#isExpired:
+    now > contact + timeout). A running broker process heartbeats continuously, so the engine
+    models the session as renewed while the process runs; the heartbeats stop at its BrokerCrash
+    (or, for a restart the stream gives without a BrokerCrash, at the new process's BrokerRegister)."""
+    __slots__ = ("id", "epoch", "fenced", "in_cs", "registered", "alive", "proc_epoch",
+                 "sess_epoch", "sess_last", "sess_seq", "pend", "pend_unfence", "retry_epoch")
 
     def __init__(self, bid: int):
         self.id = bid
@@ -50,12 +69,39 @@ class Broker:
         self.registered = False
         self.alive = False
         self.proc_epoch = -1
+        self.sess_epoch = -1        # epoch whose session the controller tracks (-1: none)
+        self.sess_last = None       # last contact once heartbeats stopped; None: still heartbeating
+        self.sess_seq = 0           # seq of the row that last changed the session (rows it causes)
+        self.pend = None            # (seq, broker_epoch, previous_broker_epoch) of a refused registration
+        self.pend_unfence = False   # the refused incarnation asked to be unfenced meanwhile
+        self.retry_epoch = -1       # epoch accepted by the broker's retry (a recorded retry row is a no-op)
 
     def reg(self) -> tuple:
         return (self.epoch, self.fenced, self.in_cs, self.registered)
 
+    def sess_expiry(self, timeout: int) -> int | None:
+        """The first time the session counts as expired (None: none, or still heartbeating)."""
+        if timeout <= 0 or self.sess_epoch < 0 or self.sess_last is None:
+            return None
+        return self.sess_last + timeout + 1
+
+    def session_valid(self, timeout: int, ts: int) -> bool:
+        """BrokerHeartbeatTracker#hasValidSession for the registered epoch at `ts`."""
+        if timeout <= 0:
+            return self.registered and not self.fenced
+        if self.sess_epoch < 0 or self.sess_epoch != self.epoch:
+            return False
+        exp = self.sess_expiry(timeout)
+        return exp is None or ts < exp
+
     def to_tuple(self):
-        return (self.id, self.epoch, self.fenced, self.in_cs, self.registered, self.alive, self.proc_epoch)
+        return (self.id, self.epoch, self.fenced, self.in_cs, self.registered, self.alive, self.proc_epoch,
+                self.sess_epoch, self.sess_last, self.sess_seq, self.pend, self.pend_unfence, self.retry_epoch)
+
+    def from_tuple(self, t) -> None:
+        (_, self.epoch, self.fenced, self.in_cs, self.registered, self.alive, self.proc_epoch,
+         self.sess_epoch, self.sess_last, self.sess_seq, pend, self.pend_unfence, self.retry_epoch) = t
+        self.pend = tuple(pend) if pend is not None else None
 
 
 class Out:
@@ -98,6 +144,7 @@ class Cluster:
         self.out = Out()
         self.applied = 0
         self.rejected = 0
+        self.sess_next = None       # earliest broker-session expiry (None: none pending)
         self._handlers = {t: getattr(self, "_" + t) for t in EVENT_TYPES}
         self._regview = _RegView(self.brokers)
 
@@ -121,10 +168,22 @@ class Cluster:
             return self._regview
         return self.views.get(b, {})
 
-    def _log_reg(self, seq: int, br: Broker) -> None:
+    def _log_reg(self, seq: int, br: Broker, timer: bool = False) -> None:
         if self.config.md_immediate:
             return
-        self.reg_log.append((seq, br.id, br.reg()))
+        entry = (seq, br.id, br.reg())
+        if not timer:
+            self.reg_log.append(entry)
+            return
+        # a broker-session timer's change carries the seq of the row that set the timer: keep the
+        # log in seq order, and brokers that already synced past that seq see it at once
+        i = len(self.reg_log)
+        while i > 0 and self.reg_log[i - 1][0] > seq:
+            i -= 1
+        self.reg_log.insert(i, entry)
+        for b, view in self.views.items():
+            if self.view_seq.get(b, -1) >= seq:
+                view[br.id] = entry[2]
 
     # ------------------------------------------------------------------ rows
     def emit_at(self, table: str, row: dict, topic, partition, seq, ts, idx=0) -> None:
@@ -173,6 +232,8 @@ class Cluster:
             self.last_seq = seq
             self.max_ts = ts
             return
+        if self.sess_next is not None and ts >= self.sess_next:
+            self.expire_sessions(ts)
         try:
             self._handlers[typ](ev)
         except Reject as r:
@@ -186,6 +247,8 @@ class Cluster:
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
         ts = self.max_ts if ts is None else ts
+        if self.sess_next is not None and ts >= self.sess_next:
+            self.expire_sessions(ts)
         for key in sorted(self.partitions):
             p = self.partitions[key]
             if p.tdone < ts:
@@ -205,7 +268,82 @@ class Cluster:
             nt = p.next_timer([lo, lo, lo], far)
             if nt is not None and (best is None or nt[0] < best):
                 best = nt[0]
+        if self.sess_next is not None and (best is None or self.sess_next < best):
+            best = self.sess_next
         return best
+
+    # ------------------------------------------------------------------ broker sessions
+    def set_sess_next(self) -> None:
+        to = self.config.session_timeout_ms
+        best = None
+        for br in self.brokers.values():
+            e = br.sess_expiry(to)
+            if e is not None and (best is None or e < best):
+                best = e
+        self.sess_next = best
+
+    def _sess_touch(self, br: Broker, seq: int, ts: int, running: bool) -> None:
+        """A contact from broker br (registration or heartbeat): its session is (re)opened for its
+        registered epoch (ClusterControlManager#trackBrokerHeartbeat)."""
+        br.sess_epoch = br.epoch
+        br.sess_last = None if running else ts
+        br.sess_seq = seq
+        self.set_sess_next()
+
+    def _sess_stop(self, br: Broker, seq: int, ts: int) -> None:
+        """The broker process stops heartbeating at ts: the session now runs out."""
+        if br.sess_epoch >= 0 and br.sess_last is None:
+            br.sess_last = ts
+            br.sess_seq = seq
+            self.set_sess_next()
+
+    def _sess_close(self, br: Broker) -> None:
+        br.sess_epoch = -1
+        br.sess_last = None
+        self.set_sess_next()
+
+    def expire_sessions(self, ts: int) -> None:
+        """Every session expiring at or before ts, in (time, broker) order.
+        ReplicationControlManager#maybeFenceOneStaleBroker (4.4.0): the expired tracker entry is
+        removed; if it is the broker's registered epoch the broker is fenced (handleBrokerFenced:
+        ISR removals, then BROKER_REGISTRATION_CHANGE_RECORD {fenced: 1}) - even when it is already
+        fenced (seen on a real cluster after a controlled shutdown). A registration refused
+        DUPLICATE_BROKER_REGISTRATION meanwhile is retried by the broker (every second) and
+        accepted right after (modelled at the expiry time)."""
+        to = self.config.session_timeout_ms
+        while True:
+            due = []
+            for br in self.brokers.values():
+                e = br.sess_expiry(to)
+                if e is not None and e <= ts:
+                    due.append((e, br.id))
+            if not due:
+                break
+            t, b = min(due)
+            br = self.brokers[b]
+            old_epoch, seq = br.sess_epoch, br.sess_seq
+            self._sess_close(br)
+            if br.registered and br.epoch == old_epoch:
+                if self.emit_global:
+                    self.emit_at("admin", {"type": "BrokerFence", "broker": b, "result": "NONE",
+                                           "detail": f"Fencing broker {b} at epoch {old_epoch} because its session "
+                                                     f"has timed out."}, None, None, seq, t)
+                self._fence(br, seq, t, timer=True)
+            if br.pend is not None:
+                self._accept_pending(br, br.pend[0], t, timer=True)
+        self.set_sess_next()
+
+    def _at(self, p: Partition, seq: int, ts: int, timer: bool) -> None:
+        """Row context for p: an event (begin), or a broker-session timer at ts, whose rows carry
+        the timer's time and the seq of p's latest event (SPEC §3)."""
+        if not timer:
+            self.begin(p, seq, ts)
+            return
+        if ts > p.tdone:
+            p.advance(ts)
+        p.cur_seq = p.last_seq
+        p.now = ts
+        self.touched.add(p.key)
 
     # ------------------------------------------------------------------ lookups
     def _part(self, ev: dict) -> Partition:
@@ -233,6 +371,10 @@ class Cluster:
 
     # ================================================================== control plane
     def _CreatePartition(self, ev):
+        """ReplicationControlManager#createTopic with a manual assignment (isrflow creates one
+        partition per row). Refusals are answers (an `admin` row, state unchanged), in Kafka's
+        order: the partition exists; the config (checked before the assignment); the assignment
+        (#validateManualPartitionAssignment); no active replica."""
         topic, part, seq, ts = ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"]
         replicas = list(ev["replicas"])
 
@@ -240,22 +382,21 @@ class Cluster:
             self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},
                          topic, part, seq, ts)
         if (topic, part) in self.partitions:
-            return fail("TOPIC_ALREADY_EXISTS", f"partition {topic}-{part} already exists")
-        if len(set(replicas)) != len(replicas) or any(r < 0 for r in replicas):
-            return fail("INVALID_REPLICA_ASSIGNMENT", f"replicas {replicas} has duplicate or negative ids")
-        missing = [r for r in replicas if r not in self.brokers or not self.brokers[r].registered]
-        if missing:
-            return fail("INVALID_REPLICA_ASSIGNMENT", f"brokers {missing} are not registered")
+            return fail("TOPIC_ALREADY_EXISTS", f"Partition {topic}-{part} already exists.")
         cfg = {}
         if ev.get("config"):
-            try:
-                cfg = validate_topic_config(ev["config"])
-            except ConfigError as e:
-                return fail("INVALID_CONFIG", str(e))
+            bad = topic_config_error(ev["config"])
+            if bad:
+                return fail(*bad)
+            cfg = validate_topic_config(ev["config"])
+        bad = self._assignment_error(replicas)
+        if bad:
+            return fail("INVALID_REPLICA_ASSIGNMENT", bad)
         # A2: ISR = active replicas (registered, unfenced, not shutting down), replica order
         isr = [r for r in replicas if not self.brokers[r].fenced and not self.brokers[r].in_cs]
         if not isr:
-            return fail("INVALID_REPLICA_ASSIGNMENT", f"none of replicas {replicas} is unfenced")
+            return fail("INVALID_REPLICA_ASSIGNMENT", f"All brokers specified in the manual partition assignment for "
+                                                      f"partition {part} are fenced or in controlled shutdown.")
         p = self._new_partition(topic, part, ts)
         p.config = cfg
         p.refresh_conf()
@@ -268,6 +409,29 @@ class Cluster:
         p.inv.on_registration(p, None)
         p.publish()
         self.end(p)
+
+    def _assignment_error(self, replicas: list) -> str | None:
+        """ReplicationControlManager#validateManualPartitionAssignment (INVALID_REPLICA_ASSIGNMENT):
+        empty list; then, in ascending id order, an unregistered broker or a repeated one."""
+        if not replicas:
+            return "The manual partition assignment includes an empty replica list."
+        prev = None
+        for r in sorted(replicas):
+            br = self.brokers.get(r)
+            if br is None or not br.registered:
+                return f"The manual partition assignment includes broker {r}, but no such broker is registered."
+            if r == prev:
+                return f"The manual partition assignment includes the broker {r} more than once."
+            prev = r
+        return None
+
+    def _unknown_partition(self, ev, typ: str, topic_msg: str, part_msg: str) -> None:
+        """An admin request for a partition this stream never created: UNKNOWN_TOPIC_OR_PARTITION."""
+        topic, part = ev["topic"], ev["partition"]
+        msg = part_msg if self.by_topic.get(topic) else topic_msg
+        self.emit_at("admin", {"type": typ, "broker": ev.get("target") if typ == "ElectLeaders" else None,
+                               "result": "UNKNOWN_TOPIC_OR_PARTITION", "detail": msg},
+                     topic, part, ev["seq"], ev["ts_ms"])
 
     def _PartitionRecord(self, ev):
         topic, part, seq, ts = ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"]
@@ -343,36 +507,59 @@ class Cluster:
         topic = ev["topic"]
         if not topic:
             raise Reject("AlterConfig needs a topic")
-        try:
-            cfg = validate_topic_config(ev.get("config") or {})
-        except ConfigError as e:
+        bad = topic_config_error(ev.get("config") or {})
+        if bad:
             cfg = None
-            err = str(e)
+            err = bad
+        else:
+            cfg = validate_topic_config(ev.get("config") or {})
         if ev.get("partition") is not None:
+            if (topic, ev["partition"]) not in self.partitions:
+                return self._unknown_partition(ev, "AlterConfig", f"No such topic as {topic}",
+                                               f"No such partition as {topic}-{ev['partition']}")
             p = self._part(ev)
             self.begin(p, ev["seq"], ev["ts_ms"])
             if cfg is None:
-                p.emit("admin", {"type": "AlterConfig", "broker": None, "result": "INVALID_CONFIG", "detail": err})
+                p.emit("admin", {"type": "AlterConfig", "broker": None, "result": err[0], "detail": err[1]})
             else:
+                changed = self._min_isr_changed(p.config, cfg)
                 p.config.update(cfg)
                 p.refresh_conf()
                 p.emit("admin", {"type": "AlterConfig", "broker": None, "result": "NONE", "detail": None})
+                if changed:
+                    p.clear_elr(f"min.insync.replicas of {topic}-{p.partition} set to {cfg['min.insync.replicas']}")
             self.end(p)
             return
         if self.emit_global:
             self.emit_at("admin", {"type": "AlterConfig", "broker": None,
-                                   "result": "NONE" if cfg is not None else "INVALID_CONFIG",
-                                   "detail": None if cfg is not None else err}, topic, None, ev["seq"], ev["ts_ms"])
+                                   "result": "NONE" if cfg is not None else err[0],
+                                   "detail": None if cfg is not None else err[1]}, topic, None, ev["seq"], ev["ts_ms"])
         if cfg is None:
             return
-        self.topic_cfg.setdefault(topic, {}).update(cfg)
+        tcfg = self.topic_cfg.setdefault(topic, {})
+        changed = self._min_isr_changed(tcfg, cfg)
+        tcfg.update(cfg)
         for key in sorted(self.by_topic.get(topic, ())):
             p = self.partitions[key]
             self.begin(p, ev["seq"], ev["ts_ms"])
             p.refresh_conf()
+            if changed:
+                p.clear_elr(f"min.insync.replicas of topic {topic} set to {cfg['min.insync.replicas']}")
             self.end(p)
 
+    def _min_isr_changed(self, old: dict, new: dict) -> bool:
+        """Does this config change write a CLEAR_ELR_RECORD? ConfigurationControlManager
+        #incrementalAlterConfigResource writes a topic CONFIG_RECORD only when the value changes
+        (`!Objects.equals(currentValue, newValue)`), and #createClearElrRecordsAsNeeded adds
+        ClearElrRecord{topicName} for every min.insync.replicas CONFIG_RECORD while ELR is enabled."""
+        return (self.config.elr and "min.insync.replicas" in new
+                and old.get("min.insync.replicas") != new["min.insync.replicas"])
+
     def _Reassign(self, ev):
+        """ReplicationControlManager#alterPartitionReassignment: refusals are answers (admin rows)."""
+        if (ev["topic"], ev["partition"]) not in self.partitions:
+            return self._unknown_partition(ev, "Reassign", f"Unable to find a topic named {ev['topic']}.",
+                                           f"Unable to find partition {ev['topic']}:{ev['partition']}.")
         p = self._part(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         target = ev.get("replicas")
@@ -382,7 +569,7 @@ class Cluster:
         if target is None:
             # A22 cancel (PartitionReassignmentRevert)
             if not p.adding and not p.removing:
-                admin("NO_REASSIGNMENT_IN_PROGRESS")
+                admin("NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress.")
             else:
                 reps = [r for r in p.replicas if r not in p.adding]
                 isr = [r for r in p.isr if r not in p.adding]
@@ -390,17 +577,18 @@ class Cluster:
                 if unclean:
                     isr = [reps[0]]
                 if unclean and not p.conf.unclean:
-                    admin("INVALID_REPLICA_ASSIGNMENT", "reverting would need an unclean leader election")
+                    admin("INVALID_REPLICA_ASSIGNMENT", f"Unable to revert partition assignment for {p.topic}:"
+                                                        f"{p.partition} because it would require an unclean leader "
+                                                        "election.")
                 else:
                     admin("NONE")
                     p.change("Reassign", "reassignment cancelled", target_replicas=reps, target_isr=isr,
                              target_adding=[], target_removing=[], election=UNCLEAN if unclean else ONLINE)
         else:
             target = list(target)
-            bad = [r for r in target if r not in self.brokers or not self.brokers[r].registered]
-            if not target or len(set(target)) != len(target) or bad:
-                admin("INVALID_REPLICA_ASSIGNMENT",
-                      f"target {target}: empty, duplicate, or unregistered brokers {bad}")
+            bad = self._assignment_error(target)     # #changePartitionReassignment validates like creation
+            if bad:
+                admin("INVALID_REPLICA_ASSIGNMENT", bad)
             else:
                 cur = list(p.replicas)
                 removing = sorted(set(cur) - set(target))
@@ -412,13 +600,18 @@ class Cluster:
         self.end(p)
 
     def _ElectLeaders(self, ev):
+        """ReplicationControlManager#electLeader: refusals are answers with the Errors' default messages."""
+        if (ev["topic"], ev["partition"]) not in self.partitions:
+            return self._unknown_partition(ev, "ElectLeaders", f"No such topic as {ev['topic']}",
+                                           f"No such partition as {ev['topic']}-{ev['partition']}")
         p = self._part(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         kind = ev["election_type"]
         target = ev.get("target")
 
         def admin(result, detail=None):
-            p.emit("admin", {"type": "ElectLeaders", "broker": target, "result": result, "detail": detail})
+            p.emit("admin", {"type": "ElectLeaders", "broker": target, "result": result,
+                             "detail": detail if detail is not None else _ERROR_MESSAGES.get(result)})
         reason = f"ElectLeaders {kind}" + (f" target {target}" if target is not None else "")
         if kind == "PREFERRED":
             if p.replicas and p.leader == p.replicas[0]:
@@ -452,16 +645,40 @@ class Cluster:
         b, be, seq, ts = ev["broker"], ev["broker_epoch"], ev["seq"], ev["ts_ms"]
         pbe = ev.get("previous_broker_epoch")
         br = self.brokers.get(b)
+        if br is not None and br.retry_epoch >= 0 and be == br.retry_epoch:
+            # the recorded retry of a registration the broker's retry loop already got accepted
+            if self.emit_global:
+                self.emit_at("admin", {"type": "BrokerRegister", "broker": b, "result": "NONE",
+                                       "detail": f"retry: epoch {be} was registered when the previous session "
+                                                 "expired"}, None, None, seq, ts)
+            return
         if br is not None and br.epoch >= 0 and be <= br.epoch:
             raise Reject(f"broker_epoch {be} is not above broker {b}'s current epoch {br.epoch} "
                          "(epoch going backwards)")
-        if br is not None and br.registered and not br.fenced:
-            # A17: a new incarnation while the old session is valid
-            if self.emit_global:
-                self.emit_at("admin", {"type": "BrokerRegister", "broker": b, "result": "DUPLICATE_BROKER_REGISTRATION",
-                                       "detail": f"broker {b} is still registered and unfenced (epoch {br.epoch}); "
-                                                 "a BrokerFence must come first"}, None, None, seq, ts)
-            return
+        to = self.config.session_timeout_ms
+        if br is not None and br.registered:
+            if to > 0 and br.sess_last is None and br.sess_epoch == br.epoch:
+                # a new process is starting: the old one has stopped heartbeating by now
+                self._sess_stop(br, seq, ts)
+            if br.session_valid(to, ts):
+                # ClusterControlManager#registerBroker (4.4.0): a new incarnation while the
+                # previous one's session is valid (BrokerHeartbeatTracker#hasValidSession, fenced
+                # or not) is refused; the broker retries until the session expired.
+                if self.emit_global:
+                    self.emit_at("admin", {"type": "BrokerRegister", "broker": b,
+                                           "result": "DUPLICATE_BROKER_REGISTRATION",
+                                           "detail": "Another broker is registered with that broker id. If the "
+                                                     "broker was recently restarted this should self-resolve once "
+                                                     "the heartbeat manager expires the broker's session."},
+                                 None, None, seq, ts)
+                if to > 0:
+                    br.pend = (seq, be, pbe)
+                    br.pend_unfence = False
+                return
+        self._register(b, be, pbe, seq, ts, timer=False)
+
+    def _register(self, b: int, be: int, pbe, seq: int, ts: int, timer: bool) -> None:
+        br = self.brokers.get(b)
         if br is None:
             br = self.brokers[b] = Broker(b)
         # SPEC §4 (KIP-966): clean iff the clean-shutdown file carried the registered epoch
@@ -473,13 +690,16 @@ class Cluster:
         br.registered = True
         br.alive = True
         br.proc_epoch = be
-        self._log_reg(seq, br)
+        br.pend = None
+        br.retry_epoch = -1
+        self._sess_touch(br, seq, ts, running=True)
+        self._log_reg(seq, br, timer)
         if self.emit_global:
             self.emit_at("admin", {"type": "BrokerRegister", "broker": b, "result": "NONE",
                                    "detail": "first registration" if first else
                                    ("clean restart" if clean else "unclean restart")}, None, None, seq, ts)
         for p in self.hosted(b):
-            self.begin(p, seq, ts)
+            self._at(p, seq, ts, timer)
             rep = p.reps.get(b)
             if rep is not None:
                 if rep.role == LEADER:
@@ -491,18 +711,41 @@ class Cluster:
                          target_isr=[r for r in p.isr if r != b], unclean_shutdown=(b,),
                          acc=p.acceptable_fn(removed={b}), election=UNCLEAN if p.conf.unclean else ONLINE)
             if self.config.md_immediate and b in p.replicas:
-                p.apply_metadata(b, p.snapshot(), seq)
+                p.apply_metadata(b, p.snapshot(), p.cur_seq)
             self.end(p)
 
+    def _heartbeat_broker(self, ev, what: str) -> Broker | None:
+        """The broker of a heartbeat-carried request (BrokerUnfence, BrokerControlledShutdown).
+        ClusterControlManager#checkBrokerEpoch answers a broker with no registration
+        STALE_BROKER_EPOCH "No broker registration found for broker id N" (an admin row)."""
+        b = ev["broker"]
+        br = self.brokers.get(b)
+        if br is None or not br.registered:
+            if self.emit_global:
+                self.emit_at("admin", {"type": what, "broker": b, "result": "STALE_BROKER_EPOCH",
+                                       "detail": f"No broker registration found for broker id {b}"},
+                             None, None, ev["seq"], ev["ts_ms"])
+            return None
+        return br
+
     def _BrokerUnfence(self, ev):
-        br = self._broker(ev)
-        if not br.registered:
-            raise Reject(f"broker {br.id} is not registered")
+        br = self.brokers.get(ev["broker"])
+        if br is not None and br.pend is not None:
+            # the new incarnation is still retrying its registration: unfenced once accepted
+            br.pend_unfence = True
+            return
+        br = self._heartbeat_broker(ev, "BrokerUnfence")
+        if br is None:
+            return
+        self._sess_touch(br, ev["seq"], ev["ts_ms"], running=br.alive)
+        self._unfence(br, ev["seq"], ev["ts_ms"], timer=False)
+
+    def _unfence(self, br: Broker, seq: int, ts: int, timer: bool) -> None:
         br.fenced = False
-        self._log_reg(ev["seq"], br)
+        self._log_reg(seq, br, timer)
         b = br.id
         for p in self.hosted(b):
-            self.begin(p, ev["seq"], ev["ts_ms"])
+            self._at(p, seq, ts, timer)
             if p.leader == NO_LEADER and b in p.replicas:
                 # A15: leaderless partitions try an election with b acceptable
                 p.change("BrokerUnfence", f"broker {b} unfenced",
@@ -511,19 +754,46 @@ class Cluster:
 
     def _BrokerFence(self, ev):
         br = self._broker(ev)
+        if br.fenced or not br.in_cs:
+            # a session-timeout fence (also the second fence of an already fenced epoch): the
+            # tracker entry is gone. A fence that ends a controlled shutdown (SHUTDOWN_NOW) keeps it.
+            self._sess_close(br)
+        self._fence(br, ev["seq"], ev["ts_ms"], timer=False)
+        if br.pend is not None and br.sess_epoch < 0:
+            self._accept_pending(br, ev["seq"], ev["ts_ms"], timer=False)
+
+    def _accept_pending(self, br: Broker, seq: int, ts: int, timer: bool) -> None:
+        """The refused registration's retry, once the old session is gone (the broker retries
+        every second; modelled at the moment the session ends)."""
+        _, be, pbe = br.pend
+        unf = br.pend_unfence
+        br.pend = None
+        br.pend_unfence = False
+        self._register(br.id, be, pbe, seq, ts, timer=timer)
+        br.retry_epoch = be
+        if unf:
+            self._sess_touch(br, seq, ts, running=True)
+            self._unfence(br, seq, ts, timer=timer)
+
+    def _fence(self, br: Broker, seq: int, ts: int, timer: bool) -> None:
         br.fenced = True
-        self._log_reg(ev["seq"], br)
+        self._log_reg(seq, br, timer)
         b = br.id
         for p in self.hosted(b):
-            self.begin(p, ev["seq"], ev["ts_ms"])
+            self._at(p, seq, ts, timer)
             if b in p.isr:
                 # A14: out of every ISR; re-elect without b
-                p.change("BrokerFence", f"broker {b} fenced", target_isr=[r for r in p.isr if r != b],
+                p.change("BrokerFence", f"broker {b} fenced" + (" (session expired)" if timer else ""),
+                         target_isr=[r for r in p.isr if r != b],
                          election=UNCLEAN if p.conf.unclean else ONLINE, acc=p.acceptable_fn(removed={b}))
             self.end(p)
 
     def _BrokerControlledShutdown(self, ev):
-        br = self._broker(ev)
+        br = self._heartbeat_broker(ev, "BrokerControlledShutdown")
+        if br is None:
+            return
+        if br.alive:
+            self._sess_touch(br, ev["seq"], ev["ts_ms"], running=True)
         b = br.id
         if not br.fenced:
             br.in_cs = True     # A16: CONTROLLED_SHUTDOWN (or SHUTDOWN_NOW: same effect on partitions)
@@ -541,6 +811,11 @@ class Cluster:
         b = br.id
         clean = bool(ev.get("clean"))
         br.alive = False
+        self._sess_stop(br, ev["seq"], ev["ts_ms"])
+        if br.pend is not None:
+            # the new process stopped before its registration was accepted: no more retries
+            br.pend = None
+            br.pend_unfence = False
         for p in self.hosted(b):
             self.begin(p, ev["seq"], ev["ts_ms"])
             rep = p.reps.get(b)

@@ -19,7 +19,7 @@ from .partition import Partition
 from .replica import FollowerState, Pending, Produce, Replica
 
 MAGIC = b"IF"
-VERSION = 1
+VERSION = 2   # 2: broker session state (broker.session.timeout.ms)
 
 
 class CodecError(ValueError):
@@ -87,7 +87,7 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     cl = Cluster(config, emit_global=emit_global, owns=owns)
     for bt in t[0]:
         b = Broker(bt[0])
-        (_, b.epoch, b.fenced, b.in_cs, b.registered, b.alive, b.proc_epoch) = bt
+        b.from_tuple(bt)
         cl.brokers[b.id] = b
     cl.topic_cfg = {k: dict(v) for k, v in t[1].items()}
     for pt in t[2]:
@@ -100,6 +100,7 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     cl.view_seq = dict(t[5])
     cl.last_seq, cl.max_ts, cl.applied, cl.rejected = t[6:10]
     cl.reg_base = {int(k): tuple(v) for k, v in t[10].items()}
+    cl.set_sess_next()
     return cl
 
 

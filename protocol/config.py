@@ -16,7 +16,11 @@ DEFAULTS: dict[str, str] = {
     "auto.leader.rebalance.enable": "true",
     "leader.imbalance.check.interval.seconds": "300",
     "unclean.leader.election.interval.ms": "300000",
-    "isr.expiration.interval.ms": "15000",
+    # "" (unset): replica.lag.time.max.ms / 2, as Kafka schedules it (rule B8); an explicit value
+    # overrides it, 0 = only on Tick rows (streams that record every check)
+    "isr.expiration.interval.ms": "",
+    # Kafka's controller default (broker.session.timeout.ms); 0: sessions not modelled (SPEC §2)
+    "broker.session.timeout.ms": "9000",
     "delivery.alter_partition": "immediate",
     "delivery.metadata": "immediate",
     "output.fetch": "errors",
@@ -83,6 +87,37 @@ def validate_topic_config(cfg: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def topic_config_error(cfg: dict) -> tuple[str, str] | None:
+    """A topic config change Kafka's controller refuses -> (error, message) as Kafka answers it, or None.
+    Messages: ConfigDef's ConfigException ("Invalid value V for configuration K: ..."; Range.atLeast:
+    "Value must be at least N"; INT parse: "Not a number of type INT"; BOOLEAN parse: "Expected value
+    to be either true or false"), LogConfig#validateNames ("Unknown topic config name: K"),
+    ReplicationControlManager#computeConfigChanges ("Null value not supported for topic configs: K").
+    `unclean.recovery.strategy` is isrflow's (KIP-966) and keeps isrflow's message."""
+    for k, v in cfg.items():
+        if v is None:
+            return "INVALID_REQUEST", f"Null value not supported for topic configs: {k}"
+        if k not in TOPIC_KEYS:
+            return "INVALID_CONFIG", f"Unknown topic config name: {k}"
+        t = str(v).strip()
+        if k == "min.insync.replicas":
+            try:
+                n = int(t)
+            except ValueError:
+                return "INVALID_CONFIG", f"Invalid value {v} for configuration {k}: Not a number of type INT"
+            if n < 1:
+                return "INVALID_CONFIG", f"Invalid value {v} for configuration {k}: Value must be at least 1"
+        elif k == "unclean.leader.election.enable":
+            if t.lower() not in ("true", "false"):
+                return "INVALID_CONFIG", f"Invalid value {v} for configuration {k}: Expected value to be either true or false"
+        else:
+            try:
+                parse_strategy(t)
+            except ConfigError as e:
+                return "INVALID_CONFIG", str(e)
+    return None
+
+
 class TopicConf:
     """Effective topic-level settings of one partition."""
     __slots__ = ("min_isr", "unclean", "strategy")
@@ -112,7 +147,11 @@ class EngineConfig:
                                                  raw["leader.imbalance.check.interval.seconds"], 1)
         self.unclean_interval_ms = _int("unclean.leader.election.interval.ms",
                                         raw["unclean.leader.election.interval.ms"], 1)
-        self.isr_interval_ms = _int("isr.expiration.interval.ms", raw["isr.expiration.interval.ms"], 0)
+        # B8: ReplicaManager#startup schedules "isr-expiration" every replicaLagTimeMaxMs / 2
+        iv = str(raw["isr.expiration.interval.ms"]).strip()
+        self.isr_interval_ms = (_int("isr.expiration.interval.ms", iv, 0) if iv
+                                else max(1, self.lag_ms // 2) if self.lag_ms > 0 else 0)
+        self.session_timeout_ms = _int("broker.session.timeout.ms", raw["broker.session.timeout.ms"], 0)
         self.ap_immediate = _choice("delivery.alter_partition", raw["delivery.alter_partition"],
                                     ("immediate", "explicit")) == "immediate"
         self.md_immediate = _choice("delivery.metadata", raw["delivery.metadata"],

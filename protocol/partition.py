@@ -25,6 +25,27 @@ STAY_PENDING_ERRORS = frozenset({"UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_ID
                                  "INVALID_UPDATE_VERSION", "INVALID_REQUEST", "NEW_LEADER_ELECTED"})
 
 
+def leader_isr_order(ids) -> tuple:
+    """The order of the ISR a leader sends in AlterPartition (rule B9).
+
+    Partition#prepareIsrExpand / #prepareIsrShrink (kafka_2.13 4.4.0) turn the committed ISR, a
+    java.util.Set, into a scala.collection.mutable.HashSet (`asScala.map(...)`, then `+ r` or
+    `diff(out)`) and send its `toList`. That set iterates bucket by bucket (index = improved hash
+    & (table size - 1), table size 16 until it holds 12 elements, doubling after), each bucket
+    in ascending hash order; an Int's improved hash is `h ^ (h >>> 16)`. For ids below the table
+    size this is ascending order: replicas [3,1,2], shrink -> [2,3], expand -> [1,2,3] (seen on
+    a real 4.4.0 cluster). ISRs the controller writes itself keep their list order (A9)."""
+    ids = list(ids)
+    cap = 16
+    while len(ids) >= cap * 3 // 4:
+        cap *= 2
+
+    def key(r: int):
+        h = (r ^ (r >> 16)) & 0xFFFFFFFF
+        return (h & (cap - 1), h)
+    return tuple(sorted(ids, key=key))
+
+
 class Partition:
     def __init__(self, cluster, topic: str, partition: int):
         self.cl = cluster
@@ -292,6 +313,18 @@ class Partition:
         self.inv.on_registration(self, info)
         self.publish()
 
+    def clear_elr(self, reason: str) -> bool:
+        """ClearElrRecord replay (ReplicationControlManager#replay(ClearElrRecord) ->
+        #replayClearTopicElrs -> #removeTopicElrs, Kafka 4.4.0): a partition whose ELR or
+        lastKnownElr is non-empty is merged with PartitionChangeRecord{eligibleLeaderReplicas: [],
+        lastKnownElr: []} - PartitionRegistration#merge bumps partitionEpoch by one, leader epoch
+        unchanged (no leader field). A partition with both empty is not touched (no epoch bump,
+        as seen on a real cluster). Logged as cause `ClearElr`."""
+        if not self.elr and not self.lke:
+            return False
+        self.commit({"elr": [], "lke": []}, None, "ClearElr", reason)
+        return True
+
     def log_registration(self, cause: str) -> None:
         self.emit("metadata_log", {
             "partition_epoch": self.partition_epoch, "leader_epoch": self.leader_epoch, "leader": self.leader,
@@ -531,7 +564,7 @@ class Partition:
         if not self.eligible(rep, r, fs):
             return
         if fs.leo >= rep.log.hwm and fs.leo >= rep.leso:
-            self.propose(rep, "EXPAND", tuple(rep.committed_isr) + (r,))
+            self.propose(rep, "EXPAND", leader_isr_order(tuple(rep.committed_isr) + (r,)))
 
     def maybe_shrink(self, rep: Replica) -> None:
         """B8 Partition#maybeShrinkIsr at `now`."""
@@ -548,7 +581,7 @@ class Partition:
             if fs is None or not fs.is_caught_up(leo, now, lag):
                 out.append(r)
         if out:
-            self.propose(rep, "SHRINK", tuple(r for r in rep.committed_isr if r not in out))
+            self.propose(rep, "SHRINK", leader_isr_order(r for r in rep.committed_isr if r not in out))
 
     def shrink_due(self, rep: Replica, lo: int) -> int | None:
         """Earliest time >= lo at which maybe_shrink would act (state unchanged meanwhile)."""

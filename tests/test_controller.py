@@ -106,8 +106,10 @@ def test_clean_registration_keeps_elr_membership():
     s.shutdown(2)
     s.crash(2, clean=True)
     s.fence(2)
+    s.at(9001)                           # after the old session (broker.session.timeout.ms) expired
     seq = s.restart(2, clean=True)       # previous_broker_epoch = registered epoch: clean (KIP-966)
     out = run_events(s.events, {"min.insync.replicas": "2"})
+    assert last(out, "admin", seq=seq)["detail"] == "clean restart"
     assert not rows(out, "metadata_log", seq=seq)
     assert out["partition_state"][0]["elr"] == [2]
 
@@ -255,6 +257,23 @@ def test_duplicate_registration_while_unfenced():
     seq = s.add(type="BrokerRegister", broker=1, broker_epoch=500, previous_broker_epoch=101)
     out = run_events(s.events)
     assert last(out, "admin", seq=seq)["result"] == "DUPLICATE_BROKER_REGISTRATION"
+    assert out["_cluster"].brokers[1].epoch == 101          # retried once the old session expires
+
+
+def test_duplicate_registration_after_controlled_shutdown_until_session_expires():
+    # Kafka 4.4.0 (real cluster): the controlled-shutdown fence does not end the session
+    s = S().up(1, 2)
+    s.at(10).shutdown(2)
+    s.fence(2)
+    s.crash(2, clean=True)
+    seq = s.at(5000).restart(2, clean=True)
+    s.at(9011).fetch(1, topic="t", partition=0)
+    out = run_events(s.events)
+    assert rows(out, "admin", seq=seq)[0]["result"] == "DUPLICATE_BROKER_REGISTRATION"
+    r = [r for r in out["admin"] if r["broker"] == 2]
+    assert [(x["type"], x["result"], x["ts_ms"]) for x in r[1:]] == [
+        ("BrokerRegister", "DUPLICATE_BROKER_REGISTRATION", 5000), ("BrokerFence", "NONE", 9011),
+        ("BrokerRegister", "NONE", 9011)]
 
 
 def test_broker_epoch_going_backwards_is_rejected():

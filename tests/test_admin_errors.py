@@ -1,0 +1,169 @@
+"""Issue 8 part 2: requests Kafka refuses are answers (an `admin` row with Kafka's error name and message,
+state unchanged), not `rejected` rows. Messages are Kafka 4.4.0's: ReplicationControlManager
+(#validateManualPartitionAssignment, #createTopic, #alterPartitionReassignment,
+#cancelPartitionReassignment, #electLeader), ClusterControlManager (#registerBroker, #checkBrokerEpoch),
+ConfigDef / LogConfig config validation, and the Errors enum's default messages."""
+import pytest
+
+from tests.engine_util import rows, run_events
+from tests.streams import S
+
+IRA = "INVALID_REPLICA_ASSIGNMENT"
+
+
+def answer(out, seq):
+    a = rows(out, "admin", seq=seq)
+    assert len(a) == 1, a
+    assert not rows(out, "rejected"), rows(out, "rejected")
+    return a[0]["result"], a[0]["detail"]
+
+
+def _unchanged(out, before_epoch=0):
+    st = out["partition_state"]
+    return all(r["partition_epoch"] == before_epoch for r in st if r["topic"] == "t" and r["partition"] == 0)
+
+
+@pytest.mark.parametrize("replicas, detail", [
+    ([1, 1], "The manual partition assignment includes the broker 1 more than once."),
+    ([], "The manual partition assignment includes an empty replica list."),
+    ([2, 9, 2], "The manual partition assignment includes the broker 2 more than once."),   # ascending: 2, 2, 9
+    ([9, 1, 1], "The manual partition assignment includes the broker 1 more than once."),
+    ([1, 9], "The manual partition assignment includes broker 9, but no such broker is registered."),
+])
+def test_create_partition_invalid_assignment(replicas, detail):
+    s = S().up(1, 2)
+    seq = s.create(replicas)
+    out = run_events(s.events)
+    assert answer(out, seq) == (IRA, detail)
+    assert not out.get("metadata_log") and not out["partition_state"]
+    assert out["_cluster"].applied == len(s.events)
+
+
+def test_create_partition_all_fenced_and_existing():
+    s = S().up(1)
+    s.register(2, 3)
+    seq = s.create([3, 2])
+    ok = s.create([1, 2])
+    dup = s.create([1])
+    out = run_events(s.events)
+    assert answer(out, seq) == (IRA, "All brokers specified in the manual partition assignment for partition 0 "
+                                     "are fenced or in controlled shutdown.")
+    assert answer(out, ok) == ("NONE", None)
+    assert answer(out, dup) == ("TOPIC_ALREADY_EXISTS", "Partition t-0 already exists.")
+
+
+def test_create_partition_config_is_checked_before_the_assignment():
+    s = S().up(1)
+    seq = s.create([1, 1], config={"min.insync.replicas": "0"})
+    seq2 = s.create([1], config={"retention.ms": "1000"})
+    seq3 = s.create([1], config={"unclean.leader.election.enable": "maybe"})
+    out = run_events(s.events)
+    assert answer(out, seq) == ("INVALID_CONFIG", "Invalid value 0 for configuration min.insync.replicas: "
+                                                  "Value must be at least 1")
+    assert answer(out, seq2) == ("INVALID_CONFIG", "Unknown topic config name: retention.ms")
+    assert answer(out, seq3) == ("INVALID_CONFIG", "Invalid value maybe for configuration "
+                                                   "unclean.leader.election.enable: Expected value to be either "
+                                                   "true or false")
+
+
+@pytest.mark.parametrize("target, detail", [
+    ([], "The manual partition assignment includes an empty replica list."),
+    ([1, 2, 1], "The manual partition assignment includes the broker 1 more than once."),
+    ([1, 7], "The manual partition assignment includes broker 7, but no such broker is registered."),
+])
+def test_reassign_invalid_target(target, detail):
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    seq = s.reassign(target)
+    out = run_events(s.events)
+    assert answer(out, seq) == (IRA, detail)
+    assert not rows(out, "metadata_log", seq=seq) and _unchanged(out)
+
+
+def test_reassign_cancel_and_unknown_partition():
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    cancel = s.reassign(None)
+    other = s.add(type="Reassign", topic="t", partition=5, replicas=[1, 2])
+    nott = s.add(type="Reassign", topic="x", partition=0, replicas=[1, 2])
+    out = run_events(s.events)
+    assert answer(out, cancel) == ("NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress.")
+    assert answer(out, other) == ("UNKNOWN_TOPIC_OR_PARTITION", "Unable to find partition t:5.")
+    assert answer(out, nott) == ("UNKNOWN_TOPIC_OR_PARTITION", "Unable to find a topic named x.")
+    assert [(r["topic"], r["partition"]) for r in out["partition_state"]] == [("t", 0)]
+
+
+def test_reassign_cancel_needing_unclean_election():
+    s = S().up(1, 2, 3, 4)
+    s.create([1, 2])
+    s.reassign([3, 4])                              # adding [3, 4], removing [1, 2]
+    s.fence(1); s.fence(2)                          # the old ISR is gone
+    seq = s.reassign(None)
+    out = run_events(s.events)
+    assert answer(out, seq) == (IRA, "Unable to revert partition assignment for t:0 because it would require an "
+                                     "unclean leader election.")
+    assert not rows(out, "metadata_log", seq=seq)
+
+
+def test_elect_leaders_answers():
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    pref_ok = s.elect("PREFERRED")                  # leader 1 is preferred
+    uncl_ok = s.elect("UNCLEAN")                    # has a leader
+    s.shutdown(1)                                   # leader 2; 1 in controlled shutdown
+    pref_na = s.elect("PREFERRED")
+    s.fence(2); s.fence(3); s.fence(1)
+    uncl_na = s.elect("UNCLEAN")                    # leaderless, nobody acceptable
+    unk_p = s.add(type="ElectLeaders", topic="t", partition=3, election_type="PREFERRED")
+    unk_t = s.add(type="ElectLeaders", topic="x", partition=0, election_type="UNCLEAN")
+    out = run_events(s.events)
+    assert answer(out, pref_ok) == ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
+    assert answer(out, uncl_ok) == ("ELECTION_NOT_NEEDED", "Leader election not needed for topic partition.")
+    assert answer(out, pref_na) == ("PREFERRED_LEADER_NOT_AVAILABLE", "The preferred leader was not available.")
+    assert answer(out, uncl_na) == ("ELIGIBLE_LEADERS_NOT_AVAILABLE",
+                                    "Eligible topic partition leaders are not available.")
+    assert answer(out, unk_p) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such partition as t-3")
+    assert answer(out, unk_t) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such topic as x")
+    for seq in (pref_ok, uncl_ok, pref_na, uncl_na):
+        assert not rows(out, "metadata_log", seq=seq)
+
+
+def test_alter_config_answers():
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    bad = s.alter_config(min_insync_replicas="two")
+    unk = s.alter_config(partition=4, min_insync_replicas=2)
+    out = run_events(s.events)
+    assert answer(out, bad) == ("INVALID_CONFIG", "Invalid value two for configuration min.insync.replicas: "
+                                                  "Not a number of type INT")
+    assert answer(out, unk) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such partition as t-4")
+
+
+def test_heartbeats_from_unregistered_broker_are_stale_broker_epoch():
+    s = S().up(1)
+    unf = s.unfence(7)
+    cs = s.shutdown(8)
+    out = run_events(s.events)
+    assert answer(out, unf) == ("STALE_BROKER_EPOCH", "No broker registration found for broker id 7")
+    assert answer(out, cs) == ("STALE_BROKER_EPOCH", "No broker registration found for broker id 8")
+    assert 7 not in out["_cluster"].brokers or not out["_cluster"].brokers[7].registered
+
+
+def test_duplicate_registration_is_an_answer():
+    s = S().up(1)
+    seq = s.add(type="BrokerRegister", broker=1, broker_epoch=500, previous_broker_epoch=101)
+    out = run_events(s.events)
+    assert answer(out, seq)[0] == "DUPLICATE_BROKER_REGISTRATION"
+    assert out["_cluster"].brokers[1].epoch == 101
+
+
+def test_what_stays_rejected():
+    # rows the schema cannot read, and streams contradicting themselves, stay in `rejected`
+    s = S().up(1)
+    s.fence(1)
+    back = s.add(type="BrokerRegister", broker=1, broker_epoch=50, previous_broker_epoch=-1)
+    bad = s.add(type="CreatePartition", topic="t", partition=0, replicas="1,2")
+    out = run_events(s.events)
+    assert "epoch going backwards" in rows(out, "rejected", seq=back)[0]["reason"]
+    assert "replicas must be a list" in [r["reason"] for r in out["rejected"]][-1]
+    assert not rows(out, "admin", seq=back) and not rows(out, "admin", seq=bad)
