@@ -1,11 +1,13 @@
 """`isrflow bench`: the same simulated streams through the in-process and the Spark engine.
 
 For each cluster size it generates one standard stream (RF 3, a realistic produce / fetch /
-consumer mix, ISR-expiration ticks), replays it with each engine in a fresh `isrflow replay`
+consumer mix, ISR-expiration ticks) of exactly `--events` rows (simulated long enough, then cut;
+the real count is reported), replays it with each engine in a fresh `isrflow replay`
 process, and reports events/s (input rows / wall time of the whole replay, Delta writes
 included), peak RSS of the process tree (driver, JVM, Python workers), the in-process core's
 own events/s and state bytes per partition, the Spark/in-process ratio, and the real-time
-factor (cluster time covered / wall time). Results go to JSON and a short table.
+factor (cluster time covered / wall time). Results go to JSON and a short table. The bench
+process itself streams the rows through the core measurement (one chunk in memory at a time).
 """
 from __future__ import annotations
 
@@ -76,40 +78,121 @@ def run_measured(argv: list[str], env=None) -> dict:
     return res
 
 
-def core_measure(stream: str, config_overrides: dict | None = None) -> dict:
-    """The in-process core alone: rows already in memory, no Delta writes. Also state bytes."""
+def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: int = 50_000) -> dict:
+    """The in-process core alone: validation and the protocol, no Delta writes. Rows are read in
+    chunks of `chunk_rows` (timed as reading) and fed (timed as the core); each chunk's output
+    rows are dropped, so memory holds one chunk and the cluster state, never the whole stream.
+    Also state bytes per partition."""
+    from itertools import islice
+
     from protocol.codec import partition_bytes
     from protocol.config import EngineConfig
     from jobs.local_engine import LocalEngine
     from jobs.streamio import iter_raw_rows
 
-    t0 = time.perf_counter()
-    rows = list(iter_raw_rows(stream))
-    t1 = time.perf_counter()
     eng = LocalEngine(EngineConfig(config_overrides or {}))
     feed = eng.feed
-    for raw, text, err in rows:
-        feed(raw, text, err)
-    eng.drain(True)
-    t2 = time.perf_counter()
-    parts = list(eng.cluster.partitions.values())
-    sizes = [partition_bytes(p) for p in parts]
-    return {"rows": len(rows), "read_s": round(t1 - t0, 3), "core_s": round(t2 - t1, 3),
-            "core_events_per_s": round(len(rows) / max(t2 - t1, 1e-9)),
+    drain = eng.cluster.drain
+    rows_it = iter_raw_rows(stream)
+    n = 0
+    read_s = core_s = 0.0
+    while True:
+        t0 = time.perf_counter()
+        chunk = list(islice(rows_it, chunk_rows))
+        t1 = time.perf_counter()
+        if not chunk:
+            break
+        for raw, text, err in chunk:
+            feed(raw, text, err)
+        drain()                       # this chunk's output rows: measured, not kept
+        t2 = time.perf_counter()
+        n += len(chunk)
+        read_s += t1 - t0
+        core_s += t2 - t1
+        del chunk
+    t0 = time.perf_counter()
+    eng.drain(True)                   # the final timers and partition_state rows
+    core_s += time.perf_counter() - t0
+    sizes = [partition_bytes(p) for p in eng.cluster.partitions.values()]
+    return {"rows": n, "read_s": round(read_s, 3), "core_s": round(core_s, 3),
+            "core_events_per_s": round(n / max(core_s, 1e-9)),
             "state_bytes_per_partition": round(sum(sizes) / max(len(sizes), 1)),
             "state_bytes_max": max(sizes) if sizes else 0}
 
 
+# rows per partition per ms of cluster time at the simulator's defaults (RF 3: ~8 fetches,
+# 2 produces, 0.2 consumer requests per partition per second); only a first guess, the stream
+# is then cut to the exact row count
+_ROWS_PER_PARTITION_MS = 10.4 / 1000
+
+
 def make_stream(out: str, partitions: int, events: int, seed: int = 1) -> dict:
-    """A standard stream of about `events` rows over `partitions` partitions (RF 3)."""
+    """A standard stream (RF 3) of exactly `events` rows over `partitions` partitions: simulated
+    for a cluster time long enough to give at least that many rows, then cut to its first
+    `events` rows (a prefix of a stream is a stream). When `events` is below the rows that
+    create the cluster, the stream is just that prefix. Returns the simulator's summary with the
+    real `rows` and `duration_ms` (the last ts_ms kept)."""
     from jobs.simulate import simulate
     brokers = max(6, min(60, partitions // 50))
-    probe = simulate(out, brokers=brokers, partitions=partitions, rf=3, duration_ms=20_000, seed=seed,
-                     fmt="parquet", overwrite=True)
-    per_ms = max(probe["rows"] - 3 * partitions, 1) / 20_000
-    duration = int(max(20_000, (events - 2 * partitions) / per_ms))
-    return simulate(out, brokers=brokers, partitions=partitions, rf=3, duration_ms=duration, seed=seed,
-                    fmt="parquet", overwrite=True, rows_per_file=max(100_000, events // 10))
+    setup = partitions + 2 * brokers + 1
+    duration = max(1000, int((events - setup) / (partitions * _ROWS_PER_PARTITION_MS) * 1.1))
+    rows_per_file = max(50_000, min(500_000, events // 10))
+    for _ in range(5):
+        sim = simulate(out, brokers=brokers, partitions=partitions, rf=3, duration_ms=duration, seed=seed,
+                       fmt="parquet", overwrite=True, rows_per_file=rows_per_file)
+        if sim["rows"] >= events:
+            break
+        duration = int(duration * max(events - setup, 1) / max(sim["rows"] - setup, 1) * 1.1) + 1000
+    rows, last_ts = cut_stream(out, events)
+    return {**sim, "rows": rows, "duration_ms": last_ts, "generated_rows": sim["rows"]}
+
+
+def cut_stream(stream: str, n: int) -> tuple[int, int]:
+    """Keeps the first `n` rows of a Parquet stream (files after the n-th row are deleted, the
+    file holding it is rewritten up to it, batch by batch). Returns (rows kept, last ts_ms)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from jobs.streamio import list_stream_files
+
+    kept = 0
+    last_file = None
+    for f in list_stream_files(stream):
+        if kept >= n:
+            f.unlink()
+            continue
+        pf = pq.ParquetFile(f)
+        rows = pf.metadata.num_rows
+        if kept + rows > n:
+            want = n - kept
+            tmp = f.with_name("_cut-" + f.name)
+            with pq.ParquetWriter(tmp, pf.schema_arrow) as w:
+                left = want
+                for batch in pf.iter_batches(batch_size=65_536):
+                    if left <= 0:
+                        break
+                    batch = batch.slice(0, left)
+                    w.write_table(pa.Table.from_batches([batch], schema=pf.schema_arrow))
+                    left -= batch.num_rows
+            pf = None
+            os.replace(tmp, f)
+            rows = want
+        kept += rows
+        last_file = f
+    last_ts = 0
+    if last_file is not None:
+        col = pq.read_table(last_file, columns=["ts_ms"]).column("ts_ms")
+        last_ts = int(pc.max(col).as_py() or 0)
+    manifest = Path(stream) / "_simulation.json"
+    if manifest.exists():
+        try:
+            m = json.loads(manifest.read_text(encoding="utf-8"))
+            m.update(rows=kept, last_ts_ms=last_ts, cut_to_rows=n,
+                     files=[f.name for f in list_stream_files(stream)])
+            manifest.write_text(json.dumps(m, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        except (OSError, ValueError):
+            pass
+    return kept, last_ts
 
 
 def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, engines=("local", "spark"),
@@ -119,6 +202,10 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
     results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform(), "mem_gb": _mem_gb()},
                "events_target": events, "runs": []}
+    if "import" in engines:     # metadata-log import speed (jobs/metalog/bench_import.py)
+        from jobs.metalog.bench_import import bench_import
+        results["import"] = bench_import(events, log=log)
+        engines = [e for e in engines if e != "import"]
     for n in partition_counts:
         stream = str(base / f"stream-{n}")
         t0 = time.perf_counter()
@@ -127,7 +214,8 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
         span_ms = sim["duration_ms"]
         entry = {"partitions": n, "rows": sim["rows"], "cluster_time_s": span_ms / 1000,
                  "generate_s": round(gen_s, 2)}
-        log(f"[bench] {n} partitions: {sim['rows']:,} rows over {span_ms / 1000:.0f} s of cluster time")
+        log(f"[bench] {n} partitions: {sim['rows']:,} rows (of {events:,} asked) over "
+            f"{span_ms / 1000:.1f} s of cluster time")
         if "local" in engines:
             entry["core"] = core_measure(stream)
             log(f"[bench]   core: {entry['core']['core_events_per_s']:,} events/s, "
@@ -138,6 +226,9 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
             argv = [isrflow, "replay", stream, "--tables", str(tables), "--engine", eng]
             r = run_measured(argv)
             if r["returncode"] == 0:
+                got = (r.get("summary") or {}).get("input_rows")
+                if got is not None and got != sim["rows"]:
+                    r["input_rows_mismatch"] = got
                 r["events_per_s"] = round(sim["rows"] / r["wall_s"])
                 r["real_time_factor"] = round(span_ms / 1000 / r["wall_s"], 2)
                 log(f"[bench]   {eng}: {r['events_per_s']:,} events/s, peak RSS {r['peak_rss_mb']} MB, "
@@ -148,6 +239,7 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
             shutil.rmtree(tables, ignore_errors=True)
         if entry.get("local", {}).get("events_per_s") and entry.get("spark", {}).get("events_per_s"):
             entry["spark_over_local"] = round(entry["spark"]["events_per_s"] / entry["local"]["events_per_s"], 2)
+        entry["bench_peak_rss_mb"] = _self_peak_rss_mb()
         results["runs"].append(entry)
         shutil.rmtree(stream, ignore_errors=True)
     if not work:
@@ -159,7 +251,7 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
 
 def format_table(results: dict) -> str:
     hdr = ["partitions", "rows", "core ev/s", "local ev/s", "spark ev/s", "spark/local", "local RSS MB",
-           "spark RSS MB", "state B/part", "RT factor (spark)"]
+           "spark RSS MB", "state B/part", "RT factor (spark)", "bench RSS MB"]
     lines = [" | ".join(hdr)]
     for e in results["runs"]:
         loc, spk, core = e.get("local", {}), e.get("spark", {}), e.get("core", {})
@@ -167,10 +259,16 @@ def format_table(results: dict) -> str:
             e["partitions"], e["rows"], core.get("core_events_per_s", "-"), loc.get("events_per_s", "-"),
             spk.get("events_per_s", "-"), e.get("spark_over_local", "-"), loc.get("peak_rss_mb", "-"),
             spk.get("peak_rss_mb", "-"), core.get("state_bytes_per_partition", "-"),
-            spk.get("real_time_factor", "-")]))
+            spk.get("real_time_factor", "-"), e.get("bench_peak_rss_mb", "-")]))
     m = results["machine"]
     lines.append(f"machine: {m['cpus']} cpus, {m['mem_gb']} GiB, Python {m['python']}, {m['platform']}")
     return "\n".join(lines)
+
+
+def _self_peak_rss_mb() -> float:
+    """Peak RSS of the bench process itself so far (not its replay subprocesses)."""
+    import resource
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _mem_gb() -> float:

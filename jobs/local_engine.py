@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
 from protocol.cluster import Cluster
 from protocol.config import EngineConfig
+from schemas._derive import safe_text
 from schemas.events import validate
 
 from .streamio import iter_raw_rows, list_stream_files, loose, row_to_json
@@ -23,7 +25,7 @@ def fingerprint(stream, config: EngineConfig, engine: str) -> str:
     h.update(engine.encode())
     h.update(json.dumps(sorted(config.raw.items())).encode())
     for f in list_stream_files(stream):
-        h.update(f.name.encode())
+        h.update(os.fsencode(f.name))     # any file name, even one that is not UTF-8
     return f"isrflow-{engine}-{h.hexdigest()[:12]}"
 
 
@@ -45,7 +47,7 @@ class LocalEngine:
             return
         ev, reason = validate(raw)
         if ev is None:
-            cl.reject(loose(raw), row_to_json(raw, text), reason, True)
+            cl.reject(loose(raw), row_to_json(raw, text), safe_text(reason), True)
             return
         seq = ev["seq"]
         if self.min_seq is None or seq < self.min_seq:
@@ -70,32 +72,8 @@ class LocalEngine:
         return tables, state
 
 
-def check_tables_dir(tables_dir, app_id: str, overwrite: bool) -> None:
-    """Refuses to mix two replays in one tables directory (the Delta guard is per app id)."""
-    import shutil
-    root = Path(tables_dir)
-    info = root / "_run.json"
-    if not root.exists():
-        return
-    if overwrite:
-        shutil.rmtree(root)
-        return
-    if info.exists():
-        try:
-            prev = json.loads(info.read_text(encoding="utf-8")).get("app_id")
-        except ValueError:
-            prev = None
-        if prev and prev != app_id:
-            from .delta_sink import SinkError
-            raise SinkError(f"{tables_dir} holds the tables of another replay (another stream, config or engine); "
-                            "use a fresh --tables directory or --overwrite")
-
-
-def write_run_info(tables_dir, stream, config: EngineConfig, engine: str, app_id: str) -> None:
-    """`_run.json` beside the tables: what produced them (compare and report read it)."""
-    info = {"stream": str(Path(stream).resolve()), "engine": engine, "app_id": app_id,
-            "config": dict(sorted(config.raw.items()))}
-    (Path(tables_dir) / "_run.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+# the replay record (app id guard, _run.json, progress rows, totals) is shared with the Spark engine
+from .runinfo import check_tables_dir, finish_run_info, progress_row, write_run_info  # noqa: E402
 
 
 def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_rows: int = 500_000,
@@ -118,10 +96,8 @@ def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_ro
         nonlocal batch_id, applied_before, rejected_before, in_batch
         tables, state = eng.drain(final)
         cl = eng.cluster
-        tables["progress"] = [{
-            "batch_id": batch_id, "engine": "local", "input_rows": in_batch,
-            "applied": cl.applied - applied_before, "rejected": cl.rejected - rejected_before,
-            "min_seq": eng.min_seq, "max_seq": eng.max_seq, "max_ts_ms": cl.max_ts}]
+        tables["progress"] = [progress_row(batch_id, "local", in_batch, cl.applied - applied_before,
+                                           cl.rejected - rejected_before, eng.min_seq, eng.max_seq, cl.max_ts)]
         applied_before, rejected_before = cl.applied, cl.rejected
         sink.commit(batch_id, tables, state)
         if progress:
@@ -141,4 +117,5 @@ def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_ro
     totals.update(input_rows=eng.input_rows, applied=cl.applied, rejected=cl.rejected, batches=batch_id,
                   seconds=round(el, 3), events_per_s=round(eng.input_rows / max(el, 1e-9)),
                   partitions=len(cl.partitions), tables=str(Path(tables_dir)))
+    finish_run_info(tables_dir)
     return totals

@@ -7,9 +7,13 @@ files are ignored, sub-directories are not read.
 
 import json
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+from schemas._derive import fits, is_text, safe_text
+from schemas.tables import arrow_schema
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
@@ -48,14 +52,28 @@ def list_stream_files(path) -> list[Path]:
 
 RawRow = tuple[Optional[dict], Optional[str], Optional[str]]
 
+# Bad input never ends a replay: whatever a stream file holds, its rows come out of here as
+# (row, text, None) or (None, text, reason); a reason names the file and the line / row.
+
+
+def _escaped(line: str) -> str:
+    """A line read with surrogateescape, its undecodable bytes written as \\xNN."""
+    return line.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _utf8_error(line: str) -> str:
+    i = next(i for i, c in enumerate(line) if "\udc80" <= c <= "\udcff")
+    return f"not valid UTF-8 (byte \\x{ord(line[i]) - 0xDC00:02x} at character {i + 1})"
+
 
 def _iter_json(f: Path) -> Iterator[RawRow]:
-    # Text mode: json.loads(str) is ~1.5x faster than on bytes. Invalid UTF-8
-    # is replaced by U+FFFD (the row stays readable in `rejected`).
-    name = f.name
+    # Text mode: json.loads(str) is ~1.5x faster than on bytes. Bytes that are not UTF-8 come
+    # in as lone surrogates (surrogateescape): such a line is rejected (JSON is UTF-8; a topic
+    # name must not silently change), its raw text shows them as \xNN.
+    name = safe_text(f.name)
     loads = json.loads
     try:
-        fh = open(f, "r", encoding="utf-8", errors="replace", newline="\n")
+        fh = open(f, "r", encoding="utf-8", errors="surrogateescape", newline="\n")
     except OSError as e:
         raise StreamError(f"cannot open {f}: {e.strerror or e}") from e
     with fh:
@@ -63,10 +81,21 @@ def _iter_json(f: Path) -> Iterator[RawRow]:
             line = line.strip()
             if not line:
                 continue
+            if not line.isascii():
+                if lineno == 1 and line[0] == "\ufeff":  # a byte order mark
+                    line = line[1:].strip()
+                    if not line:
+                        continue
+                if not is_text(line):
+                    yield None, _escaped(line), f"{name} line {lineno}: {_utf8_error(line)}"
+                    continue
             try:
                 obj = loads(line)
-            except ValueError as e:
+            except ValueError as e:  # includes integers of more than 4300 digits
                 yield None, line, f"{name} line {lineno}: not valid JSON: {e}"
+                continue
+            except RecursionError:
+                yield None, line, f"{name} line {lineno}: not valid JSON: nested too deeply"
                 continue
             if type(obj) is not dict:
                 yield None, line, f"{name} line {lineno}: not a JSON object (got {type(obj).__name__})"
@@ -74,18 +103,78 @@ def _iter_json(f: Path) -> Iterator[RawRow]:
             yield obj, line, None
 
 
+class Unreadable:
+    """A Parquet value Python cannot hold (e.g. a date out of range): the validator rejects it
+    as a value of the wrong type, `rejected.raw` shows the reason."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"<unreadable: {self.why}>"
+
+    __str__ = __repr__
+
+
+def _scalar(a: pa.Array, i: int) -> Any:
+    try:
+        return a[i].as_py()
+    except UnicodeDecodeError:
+        # a string column holding bytes that are not UTF-8: the bytes (the row is rejected: a
+        # string column must hold a string)
+        try:
+            return a.view(pa.binary() if pa.types.is_string(a.type) else pa.large_binary())[i].as_py()
+        except Exception as e:  # pragma: no cover - nested strings
+            return Unreadable(f"{a.type}: {e}")
+    except Exception as e:
+        return Unreadable(f"{a.type}: {e}")
+
+
+def _column(a) -> list:
+    """to_pylist of one column; values Python cannot convert come out as bytes / Unreadable."""
+    try:
+        return a.to_pylist()
+    except Exception:
+        if isinstance(a, pa.ChunkedArray):
+            a = a.combine_chunks()
+        return [_scalar(a, i) for i in range(len(a))]
+
+
 def _iter_parquet(f: Path, batch_rows: int) -> Iterator[RawRow]:
+    name = safe_text(f.name)
+    try:
+        with open(f, "rb"):
+            pass
+    except OSError as e:
+        raise StreamError(f"cannot open {f}: {e.strerror or e}") from e
     try:
         pf = pq.ParquetFile(f)
-    except Exception as e:  # ArrowInvalid, OSError ...
-        raise StreamError(f"cannot read Parquet file {f}: {e}") from e
-    for batch in pf.iter_batches(batch_size=batch_rows):
+    except Exception as e:  # ArrowInvalid ...: not a Parquet file; one rejected row stands for it
+        yield None, None, safe_text(f"{name}: not a readable Parquet file: {e}")
+        return
+    done = 0
+    batches = pf.iter_batches(batch_size=batch_rows)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except Exception as e:  # a corrupt row group: one rejected row stands for the rest
+            yield None, None, safe_text(f"{name}: cannot read the Parquet rows after row {done}: {e}")
+            return
         # columns that are null throughout the batch are left out of the
         # dicts (absent == null for the validator): far fewer keys per row
         n = batch.num_rows
+        done += n
         keep = [i for i, c in enumerate(batch.columns) if c.null_count < n]
+        if not keep:  # every column null (or none at all): still n rows, each rejected
+            for _ in range(n):
+                yield {}, None, None
+            continue
         names = [batch.schema.names[i] for i in keep]
-        cols = [batch.column(i).to_pylist() for i in keep]
+        cols = [_column(batch.column(i)) for i in keep]
         for vals in zip(*cols):
             yield dict(zip(names, vals)), None, None
 
@@ -116,15 +205,40 @@ def row_to_json(raw: Optional[dict], raw_text: Optional[str] = None) -> str:
     """The JSON text of a raw row for ``rejected.raw``: the original line when
     there is one, otherwise the dict without its null columns."""
     if raw_text is not None:
-        return raw_text
+        return safe_text(raw_text)
     if raw is None:
         return "null"
-    clean = {k: (dict(v) if _is_pairs(v) else v) for k, v in raw.items() if v is not None}
-    return json.dumps(clean, default=str, separators=(",", ":"))
+    try:
+        clean = {k: (dict(v) if _is_pairs(v) else v) for k, v in raw.items() if v is not None}
+        return json.dumps(clean, default=str, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        # map keys JSON cannot hold (bytes, structs ...): every key as text
+        return json.dumps(_jsonable(raw), default=str, separators=(",", ":"))
 
 
 def _is_pairs(v) -> bool:
     return type(v) is list and bool(v) and all(type(x) is tuple and len(x) == 2 for x in v)
+
+
+def _jsonable(v, depth: int = 0):
+    if depth > 50:
+        return safe_text(repr(v))
+    if isinstance(v, dict):
+        return {safe_text(str(k)): _jsonable(x, depth + 1) for k, x in v.items() if x is not None}
+    if _is_pairs(v):
+        return {safe_text(str(k)): _jsonable(x, depth + 1) for k, x in v}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x, depth + 1) for x in v]
+    if v is None or type(v) in (bool, int, float):
+        return v
+    return safe_text(str(v))
+
+
+# The common columns an invalid row may still give `rejected`, each only when its value fits
+# the column's type there (an out-of-range seq or partition, a lone surrogate in a topic, would
+# otherwise fail the whole micro-batch when Arrow converts it).
+_REJECTED = arrow_schema("rejected")
+_LOOSE = tuple((k, _REJECTED.field(k).type) for k in ("topic", "partition", "seq", "ts_ms"))
 
 
 def loose(raw) -> dict:
@@ -132,8 +246,8 @@ def loose(raw) -> dict:
     if not isinstance(raw, dict):
         return {}
     out = {}
-    for k, typ in (("topic", str), ("partition", int), ("seq", int), ("ts_ms", int)):
+    for k, t in _LOOSE:
         v = raw.get(k)
-        if isinstance(v, typ) and not isinstance(v, bool):
+        if v is not None and fits(v, t):
             out[k] = v
     return out

@@ -114,3 +114,64 @@ def spark_schema_from_arrow(schema: pa.Schema):
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(schema)
+
+
+# --------------------------------------------------------------------------
+# Does a Python value fit an Arrow column type? (input guard: a value from an
+# untrusted row must be checked against the OUTPUT column it lands in before
+# it reaches Arrow, or one bad row fails a whole micro-batch)
+# --------------------------------------------------------------------------
+
+_INT_BOUNDS = {
+    pa.int8(): (-(2**7), 2**7 - 1),
+    pa.int16(): (-(2**15), 2**15 - 1),
+    pa.int32(): (INT32_MIN, INT32_MAX),
+    pa.int64(): (INT64_MIN, INT64_MAX),
+    pa.uint8(): (0, 2**8 - 1),
+    pa.uint16(): (0, 2**16 - 1),
+    pa.uint32(): (0, 2**32 - 1),
+    pa.uint64(): (0, 2**64 - 1),
+}
+
+
+def int_bounds(t: pa.DataType) -> tuple[int, int]:
+    """(min, max) of an Arrow integer type."""
+    return _INT_BOUNDS[t]
+
+
+def is_text(s: str) -> bool:
+    """True if `s` can be written as UTF-8 (no lone surrogates, which JSON's
+    ``\\ud800`` escapes and undecodable file names produce)."""
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def safe_text(s: str) -> str:
+    """`s` made writable as UTF-8: lone surrogates become ``\\udXXX`` escapes."""
+    if is_text(s):
+        return s
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def fits(value: Any, t: pa.DataType) -> bool:
+    """True if the Python `value` (not None) converts to Arrow type `t` as the
+    same value: integers (not bools) within the type's range, UTF-8-encodable
+    strings, booleans; lists element-wise. Other types: False."""
+    if pa.types.is_integer(t):
+        if type(value) is not int:
+            return False
+        lo, hi = _INT_BOUNDS[t]
+        return lo <= value <= hi
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return type(value) is str and is_text(value)
+    if pa.types.is_boolean(t):
+        return type(value) is bool
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        et = t.value_type
+        return type(value) is list and all(v is None or fits(v, et) for v in value)
+    return False

@@ -37,6 +37,7 @@ from schemas._derive import (
     Long,
     arrow_type_of,
     field_annotation,
+    is_text,
     model_arrow_schema,
     spark_schema_from_arrow,
     unwrap,
@@ -65,8 +66,8 @@ def normalize_epoch_start_offsets(v: Any) -> Any:
     out = {}
     for k, val in _pairs(v, "leader epoch -> start offset"):
         if type(k) is str:
-            if not _INT_STR.match(k):
-                raise ValueError(f"key {k!r} is not an integer leader epoch")
+            if not _INT_STR.match(k) or len(k) > 40:
+                raise ValueError(f"key {_short(k)} is not an integer leader epoch")
             k = int(k)
         elif type(k) is not int:
             raise ValueError(f"key {_fmt(k)} is not an integer leader epoch")
@@ -82,40 +83,60 @@ def normalize_config(v: Any) -> Any:
     for k, val in _pairs(v, "config name -> value"):
         if type(k) is not str or not k:
             raise ValueError(f"config name {_fmt(k)} is not a non-empty string")
-        if val is None or type(val) is str:
+        if not is_text(k):
+            raise ValueError(f"config name {_short(k)} is not valid Unicode text")
+        if val is None:
             pass
+        elif type(val) is str:
+            if not is_text(val):
+                raise ValueError(f"config {_short(k)} value {_short(val)} is not valid Unicode text")
         elif type(val) is bool:
             val = "true" if val else "false"
         elif type(val) in (int, float):
             val = str(val)
         else:
-            raise ValueError(f"config {k!r} value {_fmt(val)} is not a string or number")
+            raise ValueError(f"config {_short(k)} value {_fmt(val)} is not a string or number")
         out[k] = val
     return out
 
 
 def _unique(v: list) -> list:
     if len(set(v)) != len(v):
-        raise ValueError(f"{v} has duplicate broker ids")
+        raise ValueError(f"{_short_list(v)} has duplicate broker ids")
+    return v
+
+
+def _text(v: str) -> str:
+    if not is_text(v):
+        raise ValueError(f"{_short(v)} is not valid Unicode text (lone surrogate)")
     return v
 
 
 UNIQUE = AfterValidator(_unique)
+TEXT = AfterValidator(_text)  # a string column written to the output tables: must be UTF-8-encodable
 
 # --------------------------------------------------------------------------
 # Column type vocabulary (each written once)
 # --------------------------------------------------------------------------
 
-TsMs = Annotated[Long, at.Ge(0)]
-Topic = Annotated[str, at.MinLen(1)]
+# Headroom (the output columns are int32 / int64, and the protocol adds to some input values):
+# an epoch of the input leaves 2**30 increments before int32 ends (one per partition change),
+# an offset or time leaves 2**62 (a produce adds at most 2**31 - 1 records, a timer adds an
+# interval). A value beyond these is rejected with its column and limit, never overflows a table.
+EPOCH_MAX = 2**30 - 1
+OFFSET_MAX = TS_MAX = 2**62 - 1
+
+TsMs = Annotated[Long, at.Ge(0), at.Le(TS_MAX)]
+Topic = Annotated[str, at.MinLen(1), TEXT]
 PartitionId = Annotated[Int, at.Ge(0)]
 BrokerId = Annotated[Int, at.Ge(0)]
 LeaderId = Annotated[Int, at.Ge(-1)]  # -1: no leader
-Epoch = Annotated[Int, at.Ge(0)]  # leader_epoch / partition_epoch of a record
+Epoch = Annotated[Int, at.Ge(0), at.Le(EPOCH_MAX)]  # leader_epoch / partition_epoch of a record
 RequestEpoch = Annotated[Int, at.Ge(-1)]  # epochs a request carries (-1: unknown)
 BrokerEpoch = Annotated[Long, at.Ge(0)]
 PrevBrokerEpoch = Annotated[Long, at.Ge(-1)]  # -1: unclean shutdown
-Offset = Annotated[Long, at.Ge(0)]
+Offset = Annotated[Long, at.Ge(0), at.Le(OFFSET_MAX)]
+SeqRef = Annotated[Long, at.Ge(0)]  # a seq the row refers to (compared, never added to)
 Records = Annotated[Int, at.Ge(1)]
 Acks = Int  # any integer is a valid request; the protocol answers INVALID_REQUIRED_ACKS
 BrokerIds = Annotated[list[BrokerId], UNIQUE]
@@ -154,7 +175,7 @@ class EventColumns(BaseModel):
     last_fetched_epoch: Optional[RequestEpoch] = None
     current_leader_epoch: Optional[RequestEpoch] = None
     log_end_offset: Optional[Offset] = None
-    up_to_seq: Optional[Offset] = None
+    up_to_seq: Optional[SeqRef] = None
     election_type: Optional[ElectionType] = None
     clean: Optional[bool] = None
     config: Optional[Config] = None
@@ -218,7 +239,8 @@ class PartitionBrokerEvent(PartitionEvent):
 
 class CreatePartition(PartitionEvent):
     type: Literal["CreatePartition"]
-    replicas: NonEmptyBrokerIds
+    # empty or repeated ids are a well-formed request Kafka answers INVALID_REPLICA_ASSIGNMENT (admin row)
+    replicas: list[BrokerId]
     config: Optional[Config] = None
 
 
@@ -249,7 +271,7 @@ class BrokerControlledShutdown(BrokerEvent):
 
 class Reassign(PartitionEvent):
     type: Literal["Reassign"]
-    replicas: Optional[NonEmptyBrokerIds] = None  # null: cancel
+    replicas: Optional[list[BrokerId]] = None  # null: cancel; [] / repeated ids: INVALID_REPLICA_ASSIGNMENT (admin row)
 
 
 class ElectLeaders(PartitionEvent):
@@ -339,7 +361,7 @@ class AlterPartitionResponse(PartitionEvent):
 
 class MetadataSync(BrokerEvent):
     type: Literal["MetadataSync"]
-    up_to_seq: Optional[Offset] = None  # null: everything committed so far
+    up_to_seq: Optional[SeqRef] = None  # null: everything committed so far
 
 
 # Data plane ------------------------------------------------------------------
@@ -463,11 +485,21 @@ def event_to_dict(ev: EventBase) -> dict:
 # --------------------------------------------------------------------------
 
 
-def _fmt(v: Any) -> str:
+def _short(v: Any, n: int = 60) -> str:
+    """repr(v), cut to about n characters (a reason names the value, it does not copy it)."""
     r = repr(v)
-    if len(r) > 60:
-        r = r[:57] + "..."
-    return f"{type(v).__name__} {r}"
+    if len(r) > n:
+        r = r[: n - 3] + "..."
+    return r
+
+
+def _short_list(v: list, n: int = 60) -> str:
+    r = str(v)
+    return r if len(r) <= n else r[: n - 4] + "...]"
+
+
+def _fmt(v: Any) -> str:
+    return f"{type(v).__name__} {_short(v)}"
 
 
 def _type_err(label: str, v: Any, expected: str) -> str:
@@ -501,6 +533,7 @@ class _Spec:
         self.lo = self.hi = None
         self.min_len = None
         self.unique = False
+        self.text = False
         self.choices = None
         self.normalizer = None
         self.elem = self.key = self.value = None
@@ -513,6 +546,8 @@ class _Spec:
                 self.min_len = m.min_length
             elif m is UNIQUE:
                 self.unique = True
+            elif m is TEXT:
+                self.text = True
             elif isinstance(m, BeforeValidator):
                 self.normalizer = m.func
             elif isinstance(m, Arrow):
@@ -550,6 +585,9 @@ class _Gen:
             "_hi_err": _hi_err,
             "_int_err": _int_err,
             "_fmt": _fmt,
+            "_short": _short,
+            "_short_list": _short_list,
+            "_is_text": is_text,
         }
         self.n = 0
         self.prefix = f'f"{tname} row seq {{seq}}: "'
@@ -581,6 +619,9 @@ class _Gen:
             if spec.min_len:
                 L.append(f"{ind}if len({var}) < {spec.min_len}:")
                 self.fail(ind, f"{label_expr} + ' must not be empty'")
+            if spec.text:
+                L.append(f"{ind}if not {var}.isascii() and not _is_text({var}):")
+                self.fail(ind, f"{label_expr} + ' ' + _short({var}) + ' is not valid Unicode text (lone surrogate)'")
         elif k == "bool":
             L.append(f"{ind}if type({var}) is not bool:")
             self.fail(ind, f"_type_err({label_expr}, {var}, 'true or false')")
@@ -588,7 +629,7 @@ class _Gen:
             choices = self.const(frozenset(spec.choices))
             text = ", ".join(spec.choices)
             L.append(f"{ind}if type({var}) is not str or {var} not in {choices}:")
-            self.fail(ind, f"{label_expr} + ' ' + repr({var}) + ' must be one of {text}'")
+            self.fail(ind, f"{label_expr} + ' ' + _short({var}) + ' must be one of {text}'")
         elif k == "list":
             L.append(f"{ind}if type({var}) is not list:")
             self.fail(ind, f"_type_err({label_expr}, {var}, 'a list')")
@@ -602,7 +643,7 @@ class _Gen:
                 self.fail(ind, f"{label_expr} + ' must not be empty'")
             if spec.unique:
                 L.append(f"{ind}if len(set({var})) != len({var}):")
-                self.fail(ind, f"{label_expr} + ' ' + str({var}) + ' has duplicate broker ids'")
+                self.fail(ind, f"{label_expr} + ' ' + _short_list({var}) + ' has duplicate broker ids'")
         elif k == "map":
             if spec.normalizer is not None:
                 fn = self.const(spec.normalizer)
@@ -618,11 +659,11 @@ class _Gen:
             self.check(spec.key, kv, f"{label_expr} + ' key'", ind + "    ")
             if spec.value.nullable:
                 L.append(f"{ind}    if {vv} is not None:")
-                self.check(spec.value, vv, f"{label_expr} + '[' + repr({kv}) + ']'", ind + "        ")
+                self.check(spec.value, vv, f"{label_expr} + '[' + _short({kv}) + ']'", ind + "        ")
             else:
                 L.append(f"{ind}    if {vv} is None:")
-                self.fail(ind + "    ", f"{label_expr} + '[' + repr({kv}) + '] is null'")
-                self.check(spec.value, vv, f"{label_expr} + '[' + repr({kv}) + ']'", ind + "    ")
+                self.fail(ind + "    ", f"{label_expr} + '[' + _short({kv}) + '] is null'")
+                self.check(spec.value, vv, f"{label_expr} + '[' + _short({kv}) + ']'", ind + "    ")
         else:  # pragma: no cover
             raise TypeError(k)
 
@@ -688,18 +729,18 @@ def validate(row: dict) -> tuple[Optional[dict], Optional[str]]:
     seq = row.get("seq")
     if type(seq) is not int or seq < _SEQ_LO or seq > _SEQ_HI:
         t = row.get("type")
-        what = f" ({t} row)" if type(t) is str else ""
+        what = ""
+        if type(t) is str:
+            what = f" ({t} row)" if t in _VALIDATORS else f" ({_short(t, 40)} row)"
         if seq is None:
             return None, f"row without seq{what}: missing required column 'seq'"
-        if type(seq) is not int:
-            return None, f"row without seq{what}: " + _type_err("seq", seq, "an integer")
-        return None, f"row without seq{what}: seq {seq} is out of range"
+        return None, f"row without seq{what}: " + _int_err("seq", seq, _SEQ_LO, _SEQ_HI)
     t = row.get("type")
     fn = _VALIDATORS.get(t) if type(t) is str else None
     if fn is None:
         if t is None:
             return None, f"row seq {seq}: missing required column 'type'"
-        return None, f"row seq {seq}: unknown event type {t!r} (expected one of {_TYPES_TEXT})"
+        return None, f"row seq {seq}: unknown event type {_short(t)} (expected one of {_TYPES_TEXT})"
     return fn(row, seq)
 
 

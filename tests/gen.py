@@ -104,6 +104,7 @@ def random_schedule(seed: int, n_events: int = 300, *, brokers: int = 4, partiti
                 add(type="BrokerFence", broker=b)                # session timeout
                 state[b] = "fenced_down"
             elif s == "fenced_down":
+                ts += 9001      # the old incarnation's session (broker.session.timeout.ms) has expired
                 counter += 1
                 add(type="BrokerRegister", broker=b, broker_epoch=counter,
                     previous_broker_epoch=clean_file.get(b, -1))

@@ -1,7 +1,5 @@
 """schemas.events / schemas.tables: models, fast validator, derived schemas."""
 
-import time
-
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -180,10 +178,12 @@ def test_rows_to_arrow():
          "ElectLeaders row seq 3: election_type DESIGNATED needs a target broker"),
         ({"seq": 3, "ts_ms": 0, "type": "ElectLeaders", "topic": "t", "partition": 0, "election_type": "preferred"},
          "ElectLeaders row seq 3: election_type 'preferred' must be one of PREFERRED, UNCLEAN, DESIGNATED"),
-        ({"seq": 3, "ts_ms": 0, "type": "Reassign", "topic": "t", "partition": 0, "replicas": [1, 2, 1]},
-         "Reassign row seq 3: replicas [1, 2, 1] has duplicate broker ids"),
-        ({"seq": 3, "ts_ms": 0, "type": "CreatePartition", "topic": "t", "partition": 0, "replicas": []},
-         "CreatePartition row seq 3: replicas must not be empty"),
+        # (an empty or repeated replica list is readable: Kafka answers it INVALID_REPLICA_ASSIGNMENT,
+        #  an `admin` row - tests/test_admin_errors.py)
+        ({"seq": 3, "ts_ms": 0, "type": "Reassign", "topic": "t", "partition": 0, "replicas": "1,2"},
+         "Reassign row seq 3: replicas must be a list, got str '1,2'"),
+        ({"seq": 3, "ts_ms": 0, "type": "CreatePartition", "topic": "t", "partition": 0},
+         "CreatePartition row seq 3: missing required column 'replicas'"),
         ({"seq": 3, "ts_ms": 0, "type": "ReplicaSnapshot", "topic": "t", "partition": 0, "broker": 1,
           "epoch_start_offsets": {"0": 0}, "log_end_offset": 5, "hwm": 6},
          "ReplicaSnapshot row seq 3: hwm 6 is above log_end_offset 5"),
@@ -361,16 +361,3 @@ def test_validate_table_with_arrow_maps():
     assert good[0]["epoch_start_offsets"] == {0: 0, 2: 5}
     assert good[1]["config"] == {"min.insync.replicas": "2"}
     assert bad[0][1] == "Fetch row seq 2: fetch_offset -1 is negative"
-
-
-def test_fast_validator_speed():
-    rows = [fetch(seq=i, target=2, fetch_offset=i, last_fetched_epoch=3, current_leader_epoch=3, broker_epoch=5)
-            for i in range(100_000)]
-    rows += [produce(seq=i) for i in range(100_000)]
-    validate = E.validate
-    t0 = time.perf_counter()
-    for r in rows:
-        validate(r)
-    per_row = (time.perf_counter() - t0) / len(rows)
-    # about 1.1 us/row on the 2-core box; generous bound against noise
-    assert per_row < 5e-6, per_row

@@ -1,0 +1,45 @@
+"""`isrflow bench` honours --events at every size: each stream has exactly that many rows (the
+simulator runs long enough, the stream is cut), the core measurement and the replay see them
+all, and the real count is reported. Small sizes, in-process engine only."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+
+from jobs.bench import bench, core_measure, make_stream
+from jobs.streamio import list_stream_files
+
+
+def test_bench_rows_equal_events_at_every_size(tmp_path):
+    res = bench((20, 300), 4000, ("local",), out_json=str(tmp_path / "b.json"), work=str(tmp_path / "w"),
+                log=lambda m: None)
+    assert [e["partitions"] for e in res["runs"]] == [20, 300]
+    for e in res["runs"]:
+        assert e["rows"] == 4000
+        assert e["core"]["rows"] == 4000
+        assert e["local"]["returncode"] == 0, e["local"]
+        assert e["local"]["summary"]["input_rows"] == 4000
+        assert "input_rows_mismatch" not in e["local"]
+        assert e["cluster_time_s"] > 0
+        assert e["bench_peak_rss_mb"] > 0
+    assert json.loads((tmp_path / "b.json").read_text())["events_target"] == 4000
+
+
+def test_stream_cut_below_cluster_setup(tmp_path):
+    # fewer events than the rows that create 500 partitions: the stream is that prefix
+    out = tmp_path / "s"
+    sim = make_stream(str(out), 500, 300)
+    assert sim["rows"] == 300 <= sim["generated_rows"]
+    files = list_stream_files(out)
+    assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 300
+    assert core_measure(str(out), chunk_rows=64)["rows"] == 300
+
+
+def test_core_measure_streams_in_chunks(tmp_path):
+    out = tmp_path / "s"
+    sim = make_stream(str(out), 30, 2500)
+    whole = core_measure(str(out), chunk_rows=10**9)
+    chunked = core_measure(str(out), chunk_rows=100)
+    assert whole["rows"] == chunked["rows"] == sim["rows"] == 2500
+    assert whole["state_bytes_per_partition"] == chunked["state_bytes_per_partition"]
