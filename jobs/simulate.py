@@ -944,15 +944,20 @@ class _Sim:
 
     @staticmethod
     def _cfg_vals(cfg: Mapping[str, str], mi: int, unc: bool) -> tuple[int, bool]:
+        # the engine's own parser (protocol.config), so a value means the same to both
+        from protocol.config import ConfigError, parse_bool, parse_int
         v = cfg.get("min.insync.replicas")
         if v is not None:
             try:
-                mi = max(1, int(v))
-            except ValueError:
+                mi = parse_int("min.insync.replicas", v, 1)
+            except ConfigError:
                 pass
         v = cfg.get("unclean.leader.election.enable")
         if v is not None:
-            unc = str(v).strip().lower() == "true"
+            try:
+                unc = parse_bool("unclean.leader.election.enable", v)
+            except ConfigError:
+                unc = False
         return mi, unc
 
     def _set_isr(self, ps: np.ndarray, new_isr: np.ndarray, unclean_out: int = 0) -> None:

@@ -2,8 +2,9 @@
 
 Layout: b"IF" + one version byte + zlib(pickle(nested tuples of builtins)). Only builtins
 are pickled (ints, strings, tuples, lists, dicts, None, bools), so any Python reads it and no
-class path is frozen into a checkpoint. A future version adds a decoder for its own
-version byte and keeps the old ones.
+class path is frozen into a checkpoint: the NamedTuples of protocol/messages.py are stored as
+plain tuples in field order, and the leader's ISR state as (committed ISR, maximal ISR, pending).
+A future version adds a decoder for its own version byte and keeps the old ones.
 """
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import pickle
 import zlib
 from collections import deque
 
-from .cluster import Broker, Cluster
+from .cluster import Cluster
 from .config import EngineConfig
 from .invariants import Invariants
 from .log import ReplicaLog
+from .messages import (AlterPartitionRequest, AlterPartitionResponse, BrokerReg, IsrMember, LeaderAndIsr,
+                       RegistrationSnapshot, RegLogEntry, as_tuple)
 from .partition import Partition
-from .replica import FollowerState, Pending, Produce, Replica
+from .registry import Broker
+from .replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
 
 MAGIC = b"IF"
 VERSION = 2   # 2: broker session state (broker.session.timeout.ms)
@@ -28,9 +32,12 @@ class CodecError(ValueError):
 
 # ---------------------------------------------------------------- replica / partition
 def _rep_out(r: Replica) -> tuple:
-    pend = (r.pending.change, r.pending.proposed, r.pending.pid) if r.pending is not None else None
+    # the ISR state is stored as (committed ISR, maximal ISR, pending) - the maximal ISR is derived
+    # on reading, so the layout of version 2 stays
+    st = r.isr_state
+    pend = (st.change, st.proposed, st.pid) if st.is_pending else None
     return (r.broker, r.log.to_tuple(), r.md_seq, r.role, r.leader, r.leader_epoch, r.partition_epoch,
-            r.assignment, r.md_isr, r.md_lrs, r.leso, r.committed_isr, r.maximal_isr, pend,
+            r.assignment, r.md_isr, r.md_lrs, r.leso, st.isr, st.maximal_isr, pend,
             {k: v.to_tuple() for k, v in r.followers.items()}, [p.to_tuple() for p in r.purgatory])
 
 
@@ -38,20 +45,36 @@ def _rep_in(t) -> Replica:
     r = Replica(t[0])
     r.log = ReplicaLog.from_tuple(t[1])
     (r.md_seq, r.role, r.leader, r.leader_epoch, r.partition_epoch, assignment, md_isr, r.md_lrs, r.leso,
-     committed, maximal, pend, fol, purg) = t[2:]
+     committed, _maximal, pend, fol, purg) = t[2:]
     r.assignment, r.md_isr = tuple(assignment), tuple(md_isr)
-    r.committed_isr, r.maximal_isr = tuple(committed), tuple(maximal)
-    r.pending = Pending(pend[0], tuple(pend[1]), pend[2]) if pend is not None else None
+    committed = tuple(committed)
+    r.isr_state = (pending_isr(pend[0], committed, tuple(pend[1]), pend[2]) if pend is not None
+                   else CommittedIsr(committed))
     r.followers = {k: FollowerState(*v) for k, v in fol.items()}
     r.purgatory = [Produce(*x) for x in purg]
     return r
+
+
+def _ap_request_in(x) -> AlterPartitionRequest:
+    x = list(x)
+    x[6] = tuple(IsrMember(*m) for m in x[6])
+    return AlterPartitionRequest(*x)
+
+
+def _ap_response_in(x) -> AlterPartitionResponse:
+    pid, leader, err, state = x
+    if state is not None:
+        leader_, isr, lrs, le, pe = state
+        state = LeaderAndIsr(leader_, tuple(isr), lrs, le, pe)
+    return AlterPartitionResponse(pid, leader, err, state)
 
 
 def partition_out(p: Partition) -> tuple:
     return (p.topic, p.partition, p.replicas, p.isr, p.elr, p.lke, p.leader, p.leader_epoch, p.partition_epoch,
             p.lrs, p.adding, p.removing, p.config,
             [_rep_out(p.reps[b]) for b in sorted(p.reps)],
-            p.md_history, list(p.ap_requests), list(p.ap_responses), p.next_pid, p.retry,
+            [(s, as_tuple(snap)) for s, snap in p.md_history], [as_tuple(x) for x in p.ap_requests],
+            [as_tuple(x) for x in p.ap_responses], p.next_pid, p.retry,
             p.tdone, p.last_seq, p.cur_seq, p.now, p.idx, p.inv.to_tuple(), p.unclean)
 
 
@@ -63,9 +86,9 @@ def partition_in(cl: Cluster, t) -> Partition:
     for rt in t[13]:
         r = _rep_in(rt)
         p.reps[r.broker] = r
-    p.md_history = [(s, tuple(snap)) for s, snap in t[14]]
-    p.ap_requests = deque(tuple(x) for x in t[15])
-    p.ap_responses = deque(tuple(x) for x in t[16])
+    p.md_history = [(s, _snapshot_in(snap)) for s, snap in t[14]]
+    p.ap_requests = deque(_ap_request_in(x) for x in t[15])
+    p.ap_responses = deque(_ap_response_in(x) for x in t[16])
     p.next_pid = t[17]
     p.retry = tuple(t[18]) if t[18] is not None else None
     p.tdone, p.last_seq, p.cur_seq, p.now, p.idx = t[19:24]
@@ -76,11 +99,19 @@ def partition_in(cl: Cluster, t) -> Partition:
     return p
 
 
+def _snapshot_in(snap) -> RegistrationSnapshot:
+    leader, le, pe, replicas, isr, adding, removing, lrs = snap
+    return RegistrationSnapshot(leader, le, pe, tuple(replicas), tuple(isr), tuple(adding), tuple(removing), lrs)
+
+
 # ---------------------------------------------------------------- cluster
 def cluster_out(cl: Cluster) -> tuple:
     return ([b.to_tuple() for b in cl.brokers.values()], cl.topic_cfg,
             [partition_out(cl.partitions[k]) for k in sorted(cl.partitions)],
-            cl.reg_log, cl.views, cl.view_seq, cl.last_seq, cl.max_ts, cl.applied, cl.rejected, cl.reg_base)
+            [as_tuple(e) for e in cl.reg_log],
+            {b: {r: as_tuple(reg) for r, reg in v.items()} for b, v in cl.views.items()},
+            cl.view_seq, cl.last_seq, cl.max_ts, cl.applied, cl.rejected,
+            {b: as_tuple(reg) for b, reg in cl.reg_base.items()})
 
 
 def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> Cluster:
@@ -95,11 +126,11 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
         cl.partitions[p.key] = p
         cl.by_topic[p.topic].add(p.key)
         cl.reindex(p)
-    cl.reg_log = [tuple(x) for x in t[3]]
-    cl.views = {int(k): {int(b): tuple(r) for b, r in v.items()} for k, v in t[4].items()}
+    cl.reg_log = [RegLogEntry(s, b, BrokerReg(*reg)) for s, b, reg in t[3]]
+    cl.views = {int(k): {int(b): BrokerReg(*r) for b, r in v.items()} for k, v in t[4].items()}
     cl.view_seq = dict(t[5])
     cl.last_seq, cl.max_ts, cl.applied, cl.rejected = t[6:10]
-    cl.reg_base = {int(k): tuple(v) for k, v in t[10].items()}
+    cl.reg_base = {int(k): BrokerReg(*v) for k, v in t[10].items()}
     cl.set_sess_next()
     return cl
 

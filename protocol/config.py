@@ -5,6 +5,10 @@ overridden per topic or partition (AlterConfig); the rest are engine-wide.
 """
 from __future__ import annotations
 
+from .messages import ONLINE, UNCLEAN
+
+# The one list of engine defaults. conf/engine.properties ships the same keys and values (the
+# protocol core reads no files); tests/test_rules_config.py fails if the two drift apart.
 DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "1",
     "replica.lag.time.max.ms": "30000",
@@ -37,7 +41,8 @@ class ConfigError(ValueError):
     pass
 
 
-def _bool(key: str, v: str) -> bool:
+def parse_bool(key: str, v: str) -> bool:
+    """The one boolean parser for config values (engine, topic overrides, the simulator)."""
     s = str(v).strip().lower()
     if s in ("true", "1", "yes"):
         return True
@@ -46,7 +51,7 @@ def _bool(key: str, v: str) -> bool:
     raise ConfigError(f"{key}={v!r}: expected true or false")
 
 
-def _int(key: str, v: str, lo: int = 0) -> int:
+def parse_int(key: str, v: str, lo: int = 0) -> int:
     try:
         n = int(str(v).strip())
     except ValueError:
@@ -78,9 +83,9 @@ def validate_topic_config(cfg: dict[str, str]) -> dict[str, str]:
         if k not in TOPIC_KEYS:
             raise ConfigError(f"{k} is not a topic-level config (topic-level: {', '.join(sorted(TOPIC_KEYS))})")
         if k == "min.insync.replicas":
-            _int(k, v, 1)
+            parse_int(k, v, 1)
         elif k == "unclean.leader.election.enable":
-            _bool(k, v)
+            parse_bool(k, v)
         else:
             parse_strategy(v)
         out[k] = str(v).strip()
@@ -118,14 +123,27 @@ def topic_config_error(cfg: dict) -> tuple[str, str] | None:
     return None
 
 
+def effective_min_isr(min_isr: int, n_replicas: int) -> int:
+    """A11 ReplicationControlManager#getTopicEffectiveMinIsr: min.insync.replicas capped at the
+    replica count (isrflow uses the partition's own count where Kafka uses partition 0's); with no
+    replicas known, min.insync.replicas itself. The one place this rule is written."""
+    return min_isr if not n_replicas or min_isr <= n_replicas else n_replicas
+
+
 class TopicConf:
     """Effective topic-level settings of one partition."""
-    __slots__ = ("min_isr", "unclean", "strategy")
+    __slots__ = ("min_isr", "unclean", "strategy", "election")
 
     def __init__(self, min_isr: int, unclean: bool, strategy: str):
         self.min_isr = min_isr
         self.unclean = unclean
         self.strategy = strategy
+        # the election mode of a controller-initiated change: unclean.leader.election.enable
+        # turns every ONLINE election into an UNCLEAN one (ReplicationControlManager#electionType)
+        self.election = UNCLEAN if unclean else ONLINE
+
+    def effective_min_isr(self, n_replicas: int) -> int:
+        return effective_min_isr(self.min_isr, n_replicas)
 
 
 class EngineConfig:
@@ -138,20 +156,20 @@ class EngineConfig:
                 raise ConfigError(f"unknown config key {k!r} (known: {', '.join(sorted(DEFAULTS))})")
             raw[k] = str(v)
         self.raw = raw
-        self.lag_ms = _int("replica.lag.time.max.ms", raw["replica.lag.time.max.ms"], 0)
-        self.elr = _bool("eligible.leader.replicas.enable", raw["eligible.leader.replicas.enable"])
-        self.recovery_manager = _bool("unclean.recovery.manager.enabled", raw["unclean.recovery.manager.enabled"])
-        self.request_timeout_ms = _int("request.timeout.ms", raw["request.timeout.ms"], 1)
-        self.auto_rebalance = _bool("auto.leader.rebalance.enable", raw["auto.leader.rebalance.enable"])
-        self.rebalance_interval_ms = 1000 * _int("leader.imbalance.check.interval.seconds",
+        self.lag_ms = parse_int("replica.lag.time.max.ms", raw["replica.lag.time.max.ms"], 0)
+        self.elr = parse_bool("eligible.leader.replicas.enable", raw["eligible.leader.replicas.enable"])
+        self.recovery_manager = parse_bool("unclean.recovery.manager.enabled", raw["unclean.recovery.manager.enabled"])
+        self.request_timeout_ms = parse_int("request.timeout.ms", raw["request.timeout.ms"], 1)
+        self.auto_rebalance = parse_bool("auto.leader.rebalance.enable", raw["auto.leader.rebalance.enable"])
+        self.rebalance_interval_ms = 1000 * parse_int("leader.imbalance.check.interval.seconds",
                                                  raw["leader.imbalance.check.interval.seconds"], 1)
-        self.unclean_interval_ms = _int("unclean.leader.election.interval.ms",
+        self.unclean_interval_ms = parse_int("unclean.leader.election.interval.ms",
                                         raw["unclean.leader.election.interval.ms"], 1)
         # B8: ReplicaManager#startup schedules "isr-expiration" every replicaLagTimeMaxMs / 2
         iv = str(raw["isr.expiration.interval.ms"]).strip()
-        self.isr_interval_ms = (_int("isr.expiration.interval.ms", iv, 0) if iv
+        self.isr_interval_ms = (parse_int("isr.expiration.interval.ms", iv, 0) if iv
                                 else max(1, self.lag_ms // 2) if self.lag_ms > 0 else 0)
-        self.session_timeout_ms = _int("broker.session.timeout.ms", raw["broker.session.timeout.ms"], 0)
+        self.session_timeout_ms = parse_int("broker.session.timeout.ms", raw["broker.session.timeout.ms"], 0)
         self.ap_immediate = _choice("delivery.alter_partition", raw["delivery.alter_partition"],
                                     ("immediate", "explicit")) == "immediate"
         self.md_immediate = _choice("delivery.metadata", raw["delivery.metadata"],
@@ -166,5 +184,5 @@ class EngineConfig:
             if layer:
                 merged.update(layer)
         return TopicConf(int(merged["min.insync.replicas"]),
-                         _bool("unclean.leader.election.enable", merged["unclean.leader.election.enable"]),
+                         parse_bool("unclean.leader.election.enable", merged["unclean.leader.election.enable"]),
                          parse_strategy(merged["unclean.recovery.strategy"]))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from .config import effective_min_isr
 from .log import first_mismatch, runs_prefix
-from .replica import LEADER
+from .messages import LEADER
 
 
 MAX_RANGES = 8
@@ -61,6 +62,13 @@ class Invariants:
     def on_log_change(self, p, rep) -> None:
         self.changed.add(rep.broker)
         self.dirty = True
+
+    def on_snapshot(self, p, rep, hwm: int) -> None:
+        """A recorded replica log was loaded: a HWM beyond the true one commits its records."""
+        if hwm > self.committed_end:
+            self.committed = runs_prefix(rep.log.runs, hwm)
+            self.committed_end = hwm
+        self.on_log_change(p, rep)
 
     def new_leadership(self, p, rep) -> None:
         self.dirty = True
@@ -130,33 +138,49 @@ class Invariants:
         lbr = brokers.get(leader) if leader >= 0 else None
         if lrep is not None and lbr is not None and lbr.alive:
             self._leader_complete(p, lrep)
-        # LeaderCandidateCompleteness: no running ISR/ELR member is shorter than the true HWM
-        end = self.committed_end
-        if end:
-            for r in p.isr + p.elr:
-                rep = p.reps.get(r)
-                br = brokers.get(r)
-                if rep is None or br is None or not br.alive:
-                    continue
-                if rep.log.leo < end:
-                    key = ("LCC", r, p.partition_epoch, rep.log.leo)
-                    if key not in self.reported:
-                        self.reported.add(key)
-                        where = "ISR" if r in p.isr else "ELR"
-                        self.violation(p, "LeaderCandidateCompleteness",
-                                       f"replica {r} is in the {where} with LEO {rep.log.leo} below the true HWM {end}")
-        # ReplicationQuorumSuperset, for the current (non-stale) leader
+        self._candidates_complete(p, brokers)
         if lrep is not None and lrep.role == LEADER and lrep.leader_epoch == p.leader_epoch:
-            if len(lrep.committed_isr) >= min(p.conf.min_isr, len(lrep.assignment)):
-                need = set(p.isr) | set(p.elr)
-                if not need <= set(lrep.maximal_isr):
-                    key = ("RQS", p.partition_epoch, tuple(lrep.maximal_isr))
-                    if key not in self.reported:
-                        self.reported.add(key)
-                        self.violation(p, "ReplicationQuorumSuperset",
-                                       f"controller ISR {p.isr} + ELR {p.elr} is not within leader {leader}'s maximal "
-                                       f"ISR {list(lrep.maximal_isr)}")
-        # UncleanExclusion: a replica restarted after an unclean crash stays out until it caught up
+            self._quorum_superset(p, lrep)
+        self._unclean_excluded(p, brokers)
+        if changed:
+            self._logs_match(p, changed)
+        if len(self.reported) > 4096:
+            self.reported.clear()
+
+    def _candidates_complete(self, p, brokers) -> None:
+        """LeaderCandidateCompleteness: no running ISR/ELR member is shorter than the true HWM."""
+        end = self.committed_end
+        if not end:
+            return
+        for r in p.isr + p.elr:
+            rep = p.reps.get(r)
+            br = brokers.get(r)
+            if rep is None or br is None or not br.alive:
+                continue
+            if rep.log.leo < end:
+                key = ("LCC", r, p.partition_epoch, rep.log.leo)
+                if key not in self.reported:
+                    self.reported.add(key)
+                    where = "ISR" if r in p.isr else "ELR"
+                    self.violation(p, "LeaderCandidateCompleteness",
+                                   f"replica {r} is in the {where} with LEO {rep.log.leo} below the true HWM {end}")
+
+    def _quorum_superset(self, p, lrep) -> None:
+        """ReplicationQuorumSuperset, for the current (non-stale) leader."""
+        if len(lrep.committed_isr) < effective_min_isr(p.conf.min_isr, len(lrep.assignment)):
+            return
+        need = set(p.isr) | set(p.elr)
+        if not need <= set(lrep.maximal_isr):
+            key = ("RQS", p.partition_epoch, tuple(lrep.maximal_isr))
+            if key not in self.reported:
+                self.reported.add(key)
+                self.violation(p, "ReplicationQuorumSuperset",
+                               f"controller ISR {p.isr} + ELR {p.elr} is not within leader {p.leader}'s maximal "
+                               f"ISR {list(lrep.maximal_isr)}")
+
+    def _unclean_excluded(self, p, brokers) -> None:
+        """UncleanExclusion: a replica restarted after an unclean crash stays out until it caught up."""
+        leader = p.leader
         for r, since in p.unclean.items():
             br = brokers.get(r)
             if br is None or not br.alive or not br.registered:
@@ -169,30 +193,29 @@ class Invariants:
                     self.violation(p, "UncleanExclusion",
                                    f"replica {r} restarted after an unclean shutdown and is {where} "
                                    f"(partition epoch {p.partition_epoch}) without having caught up")
-        # LogMatching: below both HWMs, two replicas hold the same records
-        if changed:
-            reps = p.reps
-            for b in changed:
-                a = reps.get(b)
-                if a is None:
+
+    def _logs_match(self, p, changed) -> None:
+        """LogMatching: below both HWMs, two replicas hold the same records."""
+        reps = p.reps
+        for b in changed:
+            a = reps.get(b)
+            if a is None:
+                continue
+            for c, o in reps.items():
+                if c == b:
                     continue
-                for c, o in reps.items():
-                    if c == b:
-                        continue
-                    upto = min(a.log.hwm, o.log.hwm)
-                    if upto <= 0:
-                        continue
-                    m = first_mismatch(a.log.runs, a.log.leo, o.log.runs, o.log.leo, upto)
-                    if m is not None:
-                        key = ("LM", min(b, c), max(b, c), m)
-                        if key not in self.reported:
-                            self.reported.add(key)
-                            self.violation(p, "LogMatching",
-                                           f"replicas {b} and {c} differ at offset {m} below both HWMs "
-                                           f"({a.log.hwm}, {o.log.hwm}): {_fmt(a.log.identity_at(m))} vs "
-                                           f"{_fmt(o.log.identity_at(m))}")
-        if len(self.reported) > 4096:
-            self.reported.clear()
+                upto = min(a.log.hwm, o.log.hwm)
+                if upto <= 0:
+                    continue
+                m = first_mismatch(a.log.runs, a.log.leo, o.log.runs, o.log.leo, upto)
+                if m is not None:
+                    key = ("LM", min(b, c), max(b, c), m)
+                    if key not in self.reported:
+                        self.reported.add(key)
+                        self.violation(p, "LogMatching",
+                                       f"replicas {b} and {c} differ at offset {m} below both HWMs "
+                                       f"({a.log.hwm}, {o.log.hwm}): {_fmt(a.log.identity_at(m))} vs "
+                                       f"{_fmt(o.log.identity_at(m))}")
 
     def _leader_complete(self, p, lrep) -> None:
         """LeaderCompleteness, AckedRecordsDurable and ConsistentRead against the controller's leader."""

@@ -3,9 +3,10 @@ and -- while it leads -- Kafka's leader state (Partition.scala / Replica.scala).
 from __future__ import annotations
 
 from .log import ReplicaLog
+from .messages import FOLLOWER, LEADER
 
-LEADER = "LEADER"
-FOLLOWER = "FOLLOWER"
+__all__ = ["LEADER", "FOLLOWER", "FollowerState", "CommittedIsr", "PendingExpandIsr", "PendingShrinkIsr",
+           "Pending", "Produce", "Replica"]
 
 
 class FollowerState:
@@ -30,14 +31,63 @@ class FollowerState:
         return (self.leo, self.last_fetch_ms, self.last_caught_up_ms, self.last_fetch_leader_leo, self.broker_epoch)
 
 
-class Pending:
-    """B1 PendingExpandIsr / PendingShrinkIsr with its in-flight request."""
-    __slots__ = ("change", "proposed", "pid")
+class CommittedIsr:
+    """B1 CommittedPartitionState: no AlterPartition in flight; the maximal ISR is the ISR."""
+    __slots__ = ("isr", "maximal_isr")
+    is_pending = False
+    change = None
 
-    def __init__(self, change: str, proposed: tuple, pid: int):
-        self.change = change
+    def __init__(self, isr: tuple):
+        self.isr = isr
+        self.maximal_isr = isr
+
+
+class _PendingIsr:
+    """B1 PendingPartitionChange: an AlterPartition proposal (`pid`) in flight over `committed`."""
+    __slots__ = ("isr", "proposed", "pid", "maximal_isr")
+    is_pending = True
+    change = ""
+
+    def __init__(self, committed: tuple, proposed: tuple, pid: int):
+        self.isr = committed
         self.proposed = proposed
         self.pid = pid
+        self.maximal_isr = self._maximal()
+
+    def _maximal(self) -> tuple:
+        raise NotImplementedError
+
+    def committed(self) -> CommittedIsr:
+        """The rollback target (handleAlterPartitionError: back to the last committed state)."""
+        return CommittedIsr(self.isr)
+
+
+class PendingExpandIsr(_PendingIsr):
+    """Partition.scala PendingExpandIsr: maximalIsr = isr + newInSyncReplicaId (the proposal)."""
+    __slots__ = ()
+    change = "EXPAND"
+
+    def _maximal(self) -> tuple:
+        return self.proposed
+
+
+class PendingShrinkIsr(_PendingIsr):
+    """Partition.scala PendingShrinkIsr: maximalIsr = isr (a shrink counts only once committed)."""
+    __slots__ = ()
+    change = "SHRINK"
+
+    def _maximal(self) -> tuple:
+        return self.isr
+
+
+PENDING_BY_CHANGE = {"EXPAND": PendingExpandIsr, "SHRINK": PendingShrinkIsr}
+
+
+def pending_isr(change: str, committed: tuple, proposed: tuple, pid: int) -> _PendingIsr:
+    return PENDING_BY_CHANGE[change](committed, proposed, pid)
+
+
+Pending = _PendingIsr   # the type of `Replica.pending` (name kept for readers of older code)
 
 
 class Produce:
@@ -65,8 +115,8 @@ class Replica:
         "broker", "log",
         # materialized metadata (what this broker applied last)
         "md_seq", "role", "leader", "leader_epoch", "partition_epoch", "assignment", "md_isr", "md_lrs",
-        # leader state
-        "leso", "committed_isr", "maximal_isr", "pending", "followers", "purgatory",
+        # leader state: `isr_state` is CommittedIsr | PendingExpandIsr | PendingShrinkIsr (B1)
+        "leso", "isr_state", "followers", "purgatory",
     )
 
     def __init__(self, broker: int):
@@ -88,12 +138,27 @@ class Replica:
 
     def clear_leader_state(self) -> None:
         self.leso = None
-        self.committed_isr: tuple = ()
-        self.maximal_isr: tuple = ()
-        self.pending: Pending | None = None
+        self.isr_state = _NO_ISR
         self.followers: dict[int, FollowerState] = {}
         self.purgatory: list[Produce] = []
 
     @property
     def is_leader(self) -> bool:
         return self.role == LEADER
+
+    # read views of the ISR state (the state itself is written only as a whole)
+    @property
+    def committed_isr(self) -> tuple:
+        return self.isr_state.isr
+
+    @property
+    def maximal_isr(self) -> tuple:
+        return self.isr_state.maximal_isr
+
+    @property
+    def pending(self) -> _PendingIsr | None:
+        st = self.isr_state
+        return st if st.is_pending else None
+
+
+_NO_ISR = CommittedIsr(())

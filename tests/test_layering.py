@@ -81,3 +81,123 @@ def test_the_checker_catches_a_forbidden_import(tmp_path, monkeypatch):
     got = _violations("protocol")
     assert any("imports time" in g for g in got) and any("imports jobs" in g for g in got)
     assert not any("log" in g for g in got)
+
+
+# ---------------------------------------------------------------- rooms inside protocol/
+# Kafka's own seam: the controller (controller/) and the brokers (broker/) never import each other;
+# they meet only through channels.py (metadata records one way, AlterPartition the other), which
+# they reach as `p.channels`, an object handed to them. Above them sit the drivers that start work
+# in both rooms: the router (cluster.py and lifecycle.py: input events) and the clock (timers.py). The leaves
+# (the shared vocabulary and data) import only leaves; the invariant checker imports leaves only.
+PROTOCOL_LEAVES = {"messages", "config", "log", "replica", "registry"}
+PROTOCOL_ROOMS = {
+    # module or package: the protocol modules it may import
+    "messages": set(),
+    "config": {"messages"},
+    "log": set(),
+    "replica": {"log", "messages"},
+    "registry": {"messages"},
+    "invariants": PROTOCOL_LEAVES,
+    "controller": PROTOCOL_LEAVES | {"controller"},
+    "broker": PROTOCOL_LEAVES | {"broker"},
+    "channels": PROTOCOL_LEAVES | {"controller", "broker"},
+    "timers": PROTOCOL_LEAVES | {"controller", "broker"},
+    "partition": PROTOCOL_LEAVES | {"channels", "timers", "broker"},
+    "state_table": PROTOCOL_LEAVES,
+    "lifecycle": PROTOCOL_LEAVES | {"controller", "broker", "channels"},
+    "cluster": PROTOCOL_LEAVES | {"controller", "broker", "channels", "timers", "partition", "invariants",
+                                  "state_table", "lifecycle"},
+    "codec": PROTOCOL_LEAVES | {"cluster", "partition", "invariants"},
+}
+# the only modules that import both controller/ and broker/: the bridge, and the drivers that start
+# work in both (the router with its broker life-cycle handlers, and the clock)
+BRIDGES = {"channels", "timers", "cluster", "lifecycle"}
+
+
+def _protocol_imports(path: Path, root: Path):
+    """(line, protocol room) for every import of a protocol module from `path`."""
+    pkg = path.relative_to(root / "protocol").parts[:-1]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg[:len(pkg) - (node.level - 1)]) if node.level > 1 else list(pkg)
+                mod = base + (node.module.split(".") if node.module else [])
+                names = [a.name for a in node.names] if not node.module else []
+            elif (node.module or "").startswith("protocol"):
+                mod = node.module.split(".")[1:]
+                names = [a.name for a in node.names] if len(mod) == 0 else []
+            else:
+                continue
+            if mod:
+                yield node.lineno, mod[0]
+            else:               # `from . import channels`, `from protocol import x`
+                for n in names:
+                    yield node.lineno, n
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                parts = a.name.split(".")
+                if parts[0] == "protocol" and len(parts) > 1:
+                    yield node.lineno, parts[1]
+
+
+def _room_of(path: Path, root: Path) -> str:
+    rel = path.relative_to(root / "protocol").parts
+    return rel[0] if len(rel) > 1 else rel[0][:-3]
+
+
+def _room_violations(root: Path = None) -> list[str]:
+    root = root or ROOT
+    bad = []
+    for f in sorted((root / "protocol").rglob("*.py")):
+        room = _room_of(f, root)
+        if room == "__init__":
+            continue
+        allowed = PROTOCOL_ROOMS.get(room)
+        if allowed is None:
+            bad.append(f"{f.relative_to(root)}: protocol module with no room rule (add it to PROTOCOL_ROOMS)")
+            continue
+        seen = set()
+        for line, mod in _protocol_imports(f, root):
+            seen.add(mod)
+            if mod != room and mod not in allowed:
+                bad.append(f"{f.relative_to(root)}:{line} imports protocol.{mod} (room {room} may import "
+                           f"{sorted(allowed) or 'no protocol module'})")
+        if {"controller", "broker"} <= seen and room not in BRIDGES:
+            bad.append(f"{f.relative_to(root)} imports both controller/ and broker/ (only {sorted(BRIDGES)} may)")
+    return bad
+
+
+def test_protocol_rooms():
+    assert _room_violations() == []
+
+
+def test_controller_and_broker_never_import_each_other():
+    for room, other in (("controller", "broker"), ("broker", "controller")):
+        for f in sorted((ROOT / "protocol" / room).rglob("*.py")):
+            mods = {m for _, m in _protocol_imports(f, ROOT)}
+            assert other not in mods and not mods & BRIDGES, f"{f.relative_to(ROOT)} reaches {other}/"
+
+
+def test_the_room_checker_catches_a_crossing(tmp_path, monkeypatch):
+    for d in ("protocol/controller", "protocol/broker"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "protocol" / "controller" / "x.py").write_text("from ..broker import leader\n"
+                                                               "from ..messages import A\n")
+    (tmp_path / "protocol" / "broker" / "y.py").write_text("from protocol.controller.replication import c\n")
+    (tmp_path / "protocol" / "invariants.py").write_text("from . import channels\n")
+    got = _room_violations(tmp_path)
+    assert any("controller/x.py:1 imports protocol.broker" in g for g in got)
+    assert any("broker/y.py:1 imports protocol.controller" in g for g in got)
+    assert any("invariants.py:1 imports protocol.channels" in g for g in got)
+    assert not any("imports protocol.messages" in g for g in got)
+
+
+def test_no_protocol_function_over_80_lines():
+    """A function that long is several steps wanting names (the old Partition.fetch and .build)."""
+    long = []
+    for f in sorted((ROOT / "protocol").rglob("*.py")):
+        for n in ast.walk(ast.parse(f.read_text())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80:
+                long.append(f"{f.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
+    assert long == []

@@ -1,0 +1,90 @@
+"""The one bridge between the controller (controller/) and the brokers (broker/), which never
+import each other. Two message channels, each delivered `immediate` (at once, inside the event
+that sends) or `explicit` (held until a MetadataSync / AlterPartitionArrive /
+AlterPartitionResponse row of the stream delivers it):
+
+  * metadata: a committed registration (RegistrationSnapshot) to the replicas' brokers;
+  * AlterPartition: a leader's request to the controller, and the answer back.
+
+Both wings reach this module only through `p.channels`, an object handed to them, never an import.
+"""
+from __future__ import annotations
+
+from .broker import leader as _leader
+from .broker.metadata_cache import apply_metadata
+from .controller.replication import handle_alter_partition, snapshot
+
+
+# ---------------------------------------------------------------- metadata
+def publish(p) -> None:
+    """A committed registration reaches the brokers: at once, or on MetadataSync."""
+    snap = snapshot(p)
+    if p.cl.config.md_immediate:
+        brokers = p.cl.brokers
+        for b in sorted(p.hosts()):
+            br = brokers.get(b)
+            if br is not None and br.alive:
+                apply_metadata(p, b, snap, p.cur_seq)
+    else:
+        p.md_history.append((p.cur_seq, snap))
+
+
+def apply_current(p, b: int) -> None:
+    """Immediate delivery to one (re)started broker: the current registration."""
+    apply_metadata(p, b, snapshot(p), p.cur_seq)
+
+
+def sync_broker(p, b: int, up_to: int | None) -> None:
+    """MetadataSync: broker b applies the newest registration committed at or before `up_to`."""
+    hist = p.md_history
+    if not hist:
+        return
+    pick = None
+    for s, snap in reversed(hist):
+        if up_to is None or s <= up_to:
+            pick = (s, snap)
+            break
+    if pick is None:
+        return
+    seq, snap = pick
+    rep = p.reps.get(b)
+    if rep is not None and rep.md_seq >= seq and rep.partition_epoch >= snap.partition_epoch:
+        return
+    apply_metadata(p, b, snap, seq)
+    _prune_history(p)
+
+
+def _prune_history(p) -> None:
+    hist = p.md_history
+    if len(hist) < 2:
+        return
+    low = min((rep.md_seq for rep in p.reps.values()), default=-1)
+    keep = [h for h in hist if h[0] > low]
+    if not keep or keep[0] is not hist[-1] and len(keep) < len(hist):
+        # always keep at least the newest entry (brokers added later need it)
+        keep = keep or [hist[-1]]
+    p.md_history = keep
+
+
+# ---------------------------------------------------------------- AlterPartition
+def send_alter_partition(p, req) -> None:
+    p.ap_requests.append(req)
+    if p.cl.config.ap_immediate:
+        deliver_alter_partition_request(p)
+        deliver_alter_partition_response(p)
+
+
+def deliver_alter_partition_request(p) -> bool:
+    """A19/A20: the controller handles the oldest undelivered AlterPartition."""
+    if not p.ap_requests:
+        return False
+    p.ap_responses.append(handle_alter_partition(p, p.ap_requests.popleft()))
+    return True
+
+
+def deliver_alter_partition_response(p) -> bool:
+    """B10: the leader handles the oldest undelivered answer."""
+    if not p.ap_responses:
+        return False
+    _leader.on_alter_partition_response(p, p.ap_responses.popleft())
+    return True

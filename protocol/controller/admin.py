@@ -1,0 +1,136 @@
+"""The controller's answers to admin requests for one partition (ReplicationControlManager,
+ConfigurationControlManager, Kafka 4.4.0). A refusal is an answer -- an `admin` row with Kafka's
+error code and message, state unchanged -- never a rejected input row.
+"""
+from __future__ import annotations
+
+from ..messages import NO_LEADER, ONLINE, PREFERRED, UNCLEAN
+from .replication import acceptable_fn, change
+
+# org.apache.kafka.common.protocol.Errors default messages (kafka-clients 4.4.0), used where the
+# controller answers `new ApiError(error)` without a message.
+ERROR_MESSAGES = {
+    "ELECTION_NOT_NEEDED": "Leader election not needed for topic partition.",
+    "PREFERRED_LEADER_NOT_AVAILABLE": "The preferred leader was not available.",
+    "ELIGIBLE_LEADERS_NOT_AVAILABLE": "Eligible topic partition leaders are not available.",
+    "NO_REASSIGNMENT_IN_PROGRESS": "No partition reassignment is in progress.",
+}
+
+
+def assignment_error(brokers, replicas: list) -> str | None:
+    """ReplicationControlManager#validateManualPartitionAssignment (INVALID_REPLICA_ASSIGNMENT):
+    empty list; then, in ascending id order, an unregistered broker or a repeated one."""
+    if not replicas:
+        return "The manual partition assignment includes an empty replica list."
+    prev = None
+    for r in sorted(replicas):
+        br = brokers.get(r)
+        if br is None or not br.registered:
+            return f"The manual partition assignment includes broker {r}, but no such broker is registered."
+        if r == prev:
+            return f"The manual partition assignment includes the broker {r} more than once."
+        prev = r
+    return None
+
+
+def initial_isr(brokers, replicas: list) -> list:
+    """A2: a new partition's ISR = its active replicas (registered, unfenced, not shutting down)."""
+    return [r for r in replicas if not brokers[r].fenced and not brokers[r].in_cs]
+
+
+def min_isr_changed(elr_on: bool, old: dict, new: dict) -> bool:
+    """Does this config change write a CLEAR_ELR_RECORD? ConfigurationControlManager
+    #incrementalAlterConfigResource writes a topic CONFIG_RECORD only when the value changes
+    (`!Objects.equals(currentValue, newValue)`), and #createClearElrRecordsAsNeeded adds
+    ClearElrRecord{topicName} for every min.insync.replicas CONFIG_RECORD while ELR is enabled."""
+    return elr_on and "min.insync.replicas" in new and old.get("min.insync.replicas") != new["min.insync.replicas"]
+
+
+def reassign(p, target) -> None:
+    """ReplicationControlManager#alterPartitionReassignment (A21, A22); None cancels."""
+    def admin(result, detail=None):
+        p.emit("admin", {"type": "Reassign", "broker": None, "result": result, "detail": detail})
+    if target is None:
+        _cancel_reassignment(p, admin)
+        return
+    target = list(target)
+    bad = assignment_error(p.cl.brokers, target)     # #changePartitionReassignment validates like creation
+    if bad:
+        admin("INVALID_REPLICA_ASSIGNMENT", bad)
+        return
+    cur = list(p.replicas)
+    removing = sorted(set(cur) - set(target))
+    adding = sorted(set(target) - set(cur))
+    admin("NONE")
+    change(p, "Reassign", f"reassignment to {target}", target_replicas=target + removing,
+           target_adding=adding, target_removing=removing, election=p.conf.election)
+
+
+def _cancel_reassignment(p, admin) -> None:
+    """A22 cancel (PartitionReassignmentRevert): back to the original replicas."""
+    if not p.adding and not p.removing:
+        admin("NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress.")
+        return
+    reps = [r for r in p.replicas if r not in p.adding]
+    isr = [r for r in p.isr if r not in p.adding]
+    unclean = not isr
+    if unclean:
+        isr = [reps[0]]
+    if unclean and not p.conf.unclean:
+        admin("INVALID_REPLICA_ASSIGNMENT", f"Unable to revert partition assignment for {p.topic}:"
+                                            f"{p.partition} because it would require an unclean leader "
+                                            "election.")
+        return
+    admin("NONE")
+    # the revert itself decides uncleanness (an emptied ISR), not the topic's setting
+    change(p, "Reassign", "reassignment cancelled", target_replicas=reps, target_isr=isr,
+           target_adding=[], target_removing=[], election=UNCLEAN if unclean else ONLINE)
+
+
+def elect_leaders(p, kind: str, target) -> None:
+    """ReplicationControlManager#electLeader: refusals are answers with the Errors' default messages."""
+    def admin(result, detail=None):
+        p.emit("admin", {"type": "ElectLeaders", "broker": target, "result": result,
+                         "detail": detail if detail is not None else ERROR_MESSAGES.get(result)})
+    reason = f"ElectLeaders {kind}" + (f" target {target}" if target is not None else "")
+    if kind == "PREFERRED":
+        if p.replicas and p.leader == p.replicas[0]:
+            admin("ELECTION_NOT_NEEDED")
+        elif change(p, "ElectLeaders", reason, election=PREFERRED):
+            admin("NONE")
+        else:
+            admin("PREFERRED_LEADER_NOT_AVAILABLE")
+    elif kind == "UNCLEAN":
+        if p.leader != NO_LEADER:
+            admin("ELECTION_NOT_NEEDED")
+        elif change(p, "ElectLeaders", reason, election=UNCLEAN):
+            admin("NONE")
+        else:
+            admin("ELIGIBLE_LEADERS_NOT_AVAILABLE")
+    else:  # DESIGNATED (KIP-966): only for a leaderless partition
+        if p.leader != NO_LEADER:
+            admin("ELECTION_NOT_NEEDED")
+        elif target not in p.replicas:
+            admin("INVALID_REQUEST", f"target {target} is not a replica of {p.replicas}")
+        elif not acceptable_fn(p.cl.brokers)(target):
+            admin("ELIGIBLE_LEADERS_NOT_AVAILABLE", f"target {target} is fenced, shutting down or unregistered")
+        elif change(p, "ElectLeaders", reason, designated=target):
+            admin("NONE")
+        else:
+            admin("ELIGIBLE_LEADERS_NOT_AVAILABLE")
+
+
+def preferred_possible(p) -> bool:
+    """Would a preferred election succeed now (the rebalance timer's guard)?"""
+    pref = p.replicas[0]
+    return pref in p.isr and acceptable_fn(p.cl.brokers)(pref)
+
+
+def auto_leader_rebalance(p) -> bool:
+    return change(p, "AutoLeaderRebalance", "leader.imbalance.check.interval: preferred leader election",
+                  election=PREFERRED)
+
+
+def periodic_unclean_election(p) -> bool:
+    return change(p, "UncleanLeaderElection", "unclean.leader.election.interval: periodic unclean election",
+                  election=UNCLEAN)
