@@ -282,10 +282,13 @@ class Cluster:
                                  elr=p.elr, lke=p.lke, lrs=p.lrs)
         self.end(p)
 
-    def _unknown_partition(self, ev, typ: str, topic_msg: str, part_msg: str) -> None:
-        """An admin request for a partition this stream never created: UNKNOWN_TOPIC_OR_PARTITION."""
+    def _unknown_partition(self, ev, typ: str, msg: str) -> None:
+        """An admin request for a partition this stream never created: UNKNOWN_TOPIC_OR_PARTITION.
+
+        The message names the partition whether or not other partitions of its topic exist: under
+        the Spark engine a bucket only knows the topics of its own partitions, and both engines
+        must write the same row."""
         topic, part = ev["topic"], ev["partition"]
-        msg = part_msg if self.by_topic.get(topic) else topic_msg
         self.emit_at("admin", {"type": typ, "broker": ev.get("target") if typ == "ElectLeaders" else None,
                                "result": "UNKNOWN_TOPIC_OR_PARTITION", "detail": msg},
                      topic, part, ev["seq"], ev["ts_ms"])
@@ -355,8 +358,7 @@ class Cluster:
             cfg = validate_topic_config(ev.get("config") or {})
         if ev.get("partition") is not None:
             if (topic, ev["partition"]) not in self.partitions:
-                return self._unknown_partition(ev, "AlterConfig", f"No such topic as {topic}",
-                                               f"No such partition as {topic}-{ev['partition']}")
+                return self._unknown_partition(ev, "AlterConfig", f"No such partition as {topic}-{ev['partition']}")
             p = self.partition_of(ev)
             self.begin(p, ev["seq"], ev["ts_ms"])
             if cfg is None:
@@ -390,8 +392,7 @@ class Cluster:
 
     def _reassign(self, ev):
         if (ev["topic"], ev["partition"]) not in self.partitions:
-            return self._unknown_partition(ev, "Reassign", f"Unable to find a topic named {ev['topic']}.",
-                                           f"Unable to find partition {ev['topic']}:{ev['partition']}.")
+            return self._unknown_partition(ev, "Reassign", f"Unable to find partition {ev['topic']}:{ev['partition']}.")
         p = self.partition_of(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         admin.reassign(p, ev.get("replicas"))
@@ -399,8 +400,7 @@ class Cluster:
 
     def _elect_leaders(self, ev):
         if (ev["topic"], ev["partition"]) not in self.partitions:
-            return self._unknown_partition(ev, "ElectLeaders", f"No such topic as {ev['topic']}",
-                                           f"No such partition as {ev['topic']}-{ev['partition']}")
+            return self._unknown_partition(ev, "ElectLeaders", f"No such partition as {ev['topic']}-{ev['partition']}")
         p = self.partition_of(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         admin.elect_leaders(p, ev["election_type"], ev.get("target"))
