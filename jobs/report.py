@@ -802,6 +802,8 @@ def build_report(tables_dir, out_html, *, compare_dir=None, partitions=None, max
         f'each replica&rsquo;s final LEO (partition_state). {fetch_note} Middle: ISR and ELR size against the '
         'effective min ISR (committed metadata_log). Bottom: the leader over time. Hover for details.</p>'
         + "".join(parts_html) + "</section>")
+    from jobs.metalog.report_section import audit_section   # `isrflow audit`: real controller vs isrflow
+    body.append(audit_section(run.dir))
     body.append(f'<section id="violations"><h2>Invariant violations</h2>{_violations_table(run)}</section>')
     if run_b is not None:
         body.append(f'<section id="violations-b"><h2>Invariant violations in B</h2>{_violations_table(run_b)}'

@@ -210,7 +210,110 @@ TABLES: dict[str, type[BaseModel]] = {
 # Tables with one row per event outcome (appended each micro-batch).
 APPEND_TABLES: tuple[str, ...] = tuple(n for n in TABLES if n != "partition_state")
 
-_ARROW: dict[str, pa.Schema] = {name: model_arrow_schema(m) for name, m in TABLES.items()}
+# -- metadata-log import and audit (`isrflow import` / `isrflow audit`; jobs/metalog). Written by those
+# commands, not by a replay, so they are not in TABLES.
+
+
+class KafkaRecord(BaseModel):
+    """One record of a real KRaft metadata log, with the partition state after it (epochs computed)."""
+
+    model_config = _CFG
+
+    offset: Long
+    batch_base_offset: Optional[Long] = None
+    raft_epoch: Optional[Int] = None
+    append_ms: Optional[Long] = None
+    file: Optional[str] = None
+    position: Optional[Long] = None  # byte position of the record's batch in its file
+    batch: Optional[Long] = None  # running batch number
+    control: Optional[bool] = None
+    record_type: str
+    version: Optional[Int] = None
+    data: Optional[str] = None  # the record as Kafka's JSON (tagged fields at their default left out)
+    cause: Optional[str] = None  # the event the record is attributed to (AlterPartition, BrokerFence, ...)
+    seq_first: Optional[Long] = None  # the imported stream rows of that event
+    seq_last: Optional[Long] = None
+    topic: Optional[str] = None
+    topic_id: Optional[str] = None
+    partition: Optional[Int] = None
+    leader: Optional[Int] = None
+    isr: Optional[BrokerList] = None
+    elr: Optional[BrokerList] = None
+    last_known_elr: Optional[BrokerList] = None
+    replicas: Optional[BrokerList] = None
+    adding: Optional[BrokerList] = None
+    removing: Optional[BrokerList] = None
+    leader_recovery_state: Optional[str] = None
+    leader_epoch: Optional[Int] = None  # computed (PartitionChangeRecords carry no epochs)
+    partition_epoch: Optional[Int] = None
+    broker: Optional[Int] = None
+    broker_epoch: Optional[Long] = None
+    in_snapshot: Optional[bool] = None
+    derived: Optional[bool] = None  # a change without a record of its own (ClearElrRecord)
+    election_type: Optional[str] = None
+    reassignment: Optional[str] = None
+    alter: Optional[str] = None
+
+
+class AuditRow(BaseModel):
+    """One real controller decision next to isrflow's decision at the same point of the replay."""
+
+    model_config = _CFG
+
+    decision: Long
+    offset: Optional[Long] = None
+    ts_ms: Optional[Long] = None
+    topic: str
+    partition: Int
+    cause: Optional[str] = None
+    seq_first: Optional[Long] = None
+    seq_last: Optional[Long] = None
+    verdict: str  # agree | differ | kafka_only | isrflow_only
+    diff: Optional[list[str]] = None
+    kafka_leader: Optional[Int] = None
+    kafka_isr: Optional[BrokerList] = None
+    kafka_elr: Optional[BrokerList] = None
+    kafka_last_known_elr: Optional[BrokerList] = None
+    kafka_replicas: Optional[BrokerList] = None
+    kafka_leader_epoch: Optional[Int] = None
+    kafka_partition_epoch: Optional[Int] = None
+    kafka_leader_recovery_state: Optional[str] = None
+    isrflow_seq: Optional[Long] = None
+    isrflow_leader: Optional[Int] = None
+    isrflow_isr: Optional[BrokerList] = None
+    isrflow_elr: Optional[BrokerList] = None
+    isrflow_last_known_elr: Optional[BrokerList] = None
+    isrflow_replicas: Optional[BrokerList] = None
+    isrflow_leader_epoch: Optional[Int] = None
+    isrflow_partition_epoch: Optional[Int] = None
+    isrflow_leader_recovery_state: Optional[str] = None
+    isrflow_cause: Optional[str] = None
+    isrflow_election: Optional[str] = None
+    rule: Optional[str] = None  # the rule that decided (Kafka side; isrflow's election when it differs)
+    why: Optional[str] = None  # the known cause of a difference
+
+
+class AuditInvariant(BaseModel):
+    """A property checked on the real controller's history (not on isrflow's)."""
+
+    model_config = _CFG
+
+    offset: Optional[Long] = None
+    ts_ms: Optional[Long] = None
+    topic: Optional[str] = None
+    partition: Optional[Int] = None
+    invariant: str
+    detail: Optional[str] = None
+    duration_ms: Optional[Long] = None
+
+
+METALOG_TABLES: dict[str, type[BaseModel]] = {
+    "kafka_records": KafkaRecord,
+    "audit": AuditRow,
+    "audit_invariants": AuditInvariant,
+}
+
+_ARROW: dict[str, pa.Schema] = {name: model_arrow_schema(m) for name, m in {**TABLES, **METALOG_TABLES}.items()}
 
 
 def arrow_schema(table: str) -> pa.Schema:

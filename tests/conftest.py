@@ -15,3 +15,4 @@ def spark():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "spark: starts Spark (a shared session or an isrflow subprocess)")
+    config.addinivalue_line("markers", "kafka: starts a real Kafka 4.4.0 cluster (jobs/lab; run under flock /tmp/isrflow-heavy.lock)")

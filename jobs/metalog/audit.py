@@ -1,0 +1,377 @@
+"""`isrflow audit METADATA --tables DIR`: every real controller decision next to isrflow's.
+
+1. import the metadata log (stream + `kafka_records`), 2. replay the stream (local engine by default) under the
+import settings, 3. pair each PartitionRecord / PartitionChangeRecord (and each partition a ClearElrRecord
+changed) with the `metadata_log` row isrflow committed for the same partition while applying the stream rows
+of the event the record is attributed to (`seq_first..seq_last`), in order, and compare the two states,
+4. check the real history itself (leader eligibility, epochs, ELR ∩ ISR = ∅, unclean elections, time under
+min ISR, time without a leader).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .importer import import_metadata, write_table
+
+FIELDS = ("leader", "isr", "elr", "last_known_elr", "replicas", "leader_epoch", "partition_epoch",
+          "leader_recovery_state")
+
+
+def _decisions(kafka_records: list[dict]) -> list[dict]:
+    return [r for r in kafka_records if r.get("partition_epoch") is not None and not r.get("in_snapshot")]
+
+
+def kafka_rule(before: dict | None, r: dict) -> str:
+    """The rule a decision follows, read from the state change."""
+    if before is None:
+        return "create" if r["cause"] == "CreatePartition" else "load"
+    parts = []
+    if r["leader"] != before["leader"] or r["leader_epoch"] != before["leader_epoch"]:
+        nl = r["leader"]
+        if nl == -1:
+            parts.append("leader lost: no candidate")
+        elif r["leader_recovery_state"] == "RECOVERING" and before["leader_recovery_state"] != "RECOVERING":
+            parts.append("unclean or last-known-ELR election")
+        elif nl in before["isr"]:
+            parts.append("ISR election" if nl != before["leader"] else "leader epoch bump")
+        elif nl in before["elr"]:
+            parts.append("ELR election")
+        elif nl in before["last_known_elr"]:
+            parts.append("last-known-ELR election")
+        else:
+            parts.append("election outside ISR/ELR")
+    if r["isr"] != before["isr"]:
+        if set(r["isr"]) < set(before["isr"]):
+            parts.append("ISR shrink")
+        elif set(r["isr"]) > set(before["isr"]):
+            parts.append("ISR expand")
+        elif set(r["isr"]) == set(before["isr"]):
+            parts.append("ISR reorder")
+        else:
+            parts.append("ISR change")
+    if r["elr"] != before["elr"] or r["last_known_elr"] != before["last_known_elr"]:
+        parts.append("ELR update")
+    if r["replicas"] != before["replicas"]:
+        parts.append("replicas change")
+    if r["leader_recovery_state"] != before["leader_recovery_state"] and "unclean" not in " ".join(parts):
+        parts.append(f"recovery state -> {r['leader_recovery_state']}")
+    return ", ".join(parts) or "no visible change (epoch bump)"
+
+
+def _why(k: dict, i: dict | None, diff: list[str], earlier_differ: bool) -> str:
+    if i is None:
+        if k["cause"] in ("AlterConfig", "ClearElr"):
+            return ("isrflow did not clear the ELR on this min.insync.replicas change (Kafka 4.4.0 writes "
+                    "ClearElrRecord, which empties ELR and last known ELR)")
+        if k["cause"] == "Unexplained":
+            return "no stream event could be attributed to this record (see docs/metadata-import.md)"
+        return "isrflow committed no change for this event"
+    why = []
+    if "isr" in diff and sorted(k["isr"]) == sorted(i["isr"] or []):
+        why.append("ISR order differs (same members)")
+    elif "isr" in diff:
+        why.append("ISR members differ")
+    if "elr" in diff or "last_known_elr" in diff:
+        why.append("ELR / last known ELR rule differs")
+    if "leader" in diff:
+        why.append("a different leader was elected")
+    if "leader_recovery_state" in diff:
+        why.append("leader recovery state differs")
+    if "replicas" in diff:
+        why.append("replica assignment differs")
+    if diff and set(diff) <= {"leader_epoch", "partition_epoch"}:
+        why.append("only the epochs differ" + (": an earlier decision of this partition differed or was missing"
+                                               if earlier_differ else ""))
+    elif earlier_differ:
+        why.append("follows an earlier difference in this partition")
+    return "; ".join(why)
+
+
+def _engine_notes(rows_by_part: dict, key, s0, s1) -> str:
+    """What isrflow's own tables say happened in the event's rows (fetch errors, AlterPartition outcomes)."""
+    notes = []
+    for r in rows_by_part.get(key, ()):
+        if s0 <= r["seq"] <= s1:
+            if r.get("_t") == "fetch" and r.get("result") not in (None, "OK"):
+                notes.append(f"fetch from {r.get('broker')} answered {r['result']}")
+            elif r.get("_t") == "alter_partition" and r.get("phase") in ("REJECTED", "IGNORED", "ROLLED_BACK"):
+                notes.append(f"AlterPartition {r['phase']}" + (f" {r['error']}" if r.get("error") else ""))
+    return "; ".join(dict.fromkeys(notes))
+
+
+def _min_isr_at(kafka_records: list[dict], default: int = 1) -> dict:
+    """offset -> the topic's min.insync.replicas in force at that decision (from the ConfigRecords before it)."""
+    topic_min: dict[str, int] = {}
+    out = {}
+    for r in kafka_records:
+        if r["record_type"] == "ConfigRecord" and r.get("data"):
+            d = json.loads(r["data"])
+            if d.get("name") != "min.insync.replicas":
+                continue
+            if d.get("resourceType") == 4 and d.get("resourceName") == "" and d.get("value") is not None:
+                default = int(d["value"])
+            elif d.get("resourceType") == 2:
+                if d.get("value") is None:
+                    topic_min.pop(d["resourceName"], None)
+                else:
+                    topic_min[d["resourceName"]] = int(d["value"])
+        elif r.get("partition_epoch") is not None and r.get("topic") is not None:
+            out[r["offset"]] = topic_min.get(r["topic"], default)
+    return out
+
+
+def compare(kafka_records: list[dict], isr_rows: list[dict], elections: list[dict],
+            engine_rows: list[dict] | None = None) -> list[dict]:
+    decisions = _decisions(kafka_records)
+    notes_by_part: dict[tuple, list] = {}
+    for r in engine_rows or ():
+        notes_by_part.setdefault((r["topic"], r["partition"]), []).append(r)
+    by_part_i: dict[tuple, list] = {}
+    for r in sorted(isr_rows, key=lambda r: (r["seq"], r["idx"])):
+        by_part_i.setdefault((r["topic"], r["partition"]), []).append(r)
+    elect = {}
+    for e in elections:
+        elect.setdefault((e["topic"], e["partition"], e["seq"]), e.get("election"))
+    used = set()
+    cursor: dict[tuple, int] = {}
+    last_k: dict[tuple, dict] = {}
+    differ_seen: set = set()
+    out = []
+    n = 0
+    mins = _min_isr_at(kafka_records)
+    for k in decisions:
+        key = (k["topic"], k["partition"])
+        rows = by_part_i.get(key, [])
+        match = None
+        s0, s1 = k["seq_first"], k["seq_last"]
+        if s0 is not None:
+            c = cursor.get(key, 0)
+            # isrflow rows before this event that nothing claimed are isrflow-only decisions
+            while c < len(rows) and rows[c]["seq"] < s0:
+                c += 1
+            if c < len(rows) and s0 <= rows[c]["seq"] <= s1:
+                match = rows[c]
+                used.add(id(match))
+                c += 1
+            cursor[key] = c
+        before = last_k.get(key)
+        rule = kafka_rule(before, k)
+        last_k[key] = k
+        n += 1
+        row = {"decision": n, "offset": k["offset"], "ts_ms": k["append_ms"], "topic": k["topic"],
+               "partition": k["partition"], "cause": k["cause"], "seq_first": s0, "seq_last": s1,
+               "kafka_leader": k["leader"], "kafka_isr": k["isr"], "kafka_elr": k["elr"],
+               "kafka_last_known_elr": k["last_known_elr"], "kafka_replicas": k["replicas"],
+               "kafka_leader_epoch": k["leader_epoch"], "kafka_partition_epoch": k["partition_epoch"],
+               "kafka_leader_recovery_state": k["leader_recovery_state"], "rule": rule}
+        if match is None:
+            why = _why(k, None, [], key in differ_seen)
+            if s0 is not None:
+                note = _engine_notes(notes_by_part, key, s0, s1)
+                if note:
+                    why = f"{why}: {note}"
+            row.update(verdict="kafka_only", diff=None, why=why)
+            differ_seen.add(key)
+        else:
+            diff = [f for f in FIELDS if (k[f] if k[f] is not None else None) != match.get(f)]
+            row.update({f"isrflow_{f}": match.get(f) for f in FIELDS})
+            row.update(isrflow_seq=match["seq"], isrflow_cause=match.get("cause"),
+                       isrflow_election=elect.get((k["topic"], k["partition"], match["seq"])),
+                       verdict="agree" if not diff else "differ", diff=diff or None,
+                       why=_why(k, match, diff, key in differ_seen) if diff else None)
+            if diff:
+                differ_seen.add(key)
+                if "elr" in diff or "last_known_elr" in diff:
+                    mi = mins.get(k["offset"])
+                    if mi is not None:
+                        row["why"] += (f" (the topic's min.insync.replicas was {mi} at this offset; ISR size "
+                                       f"{len(k['isr'])})")
+                if row["isrflow_election"]:
+                    row["rule"] = f"{rule} (isrflow: {row['isrflow_election']} election)"
+        out.append(row)
+    for key, rows in by_part_i.items():
+        for r in rows:
+            if id(r) in used or r.get("cause") == "PartitionRecord":    # a snapshot load, not a decision
+                continue
+            n += 1
+            out.append({"decision": n, "ts_ms": r["ts_ms"], "topic": r["topic"], "partition": r["partition"],
+                        "verdict": "isrflow_only", "isrflow_seq": r["seq"], "isrflow_cause": r.get("cause"),
+                        "isrflow_election": elect.get((r["topic"], r["partition"], r["seq"])),
+                        **{f"isrflow_{f}": r.get(f) for f in FIELDS},
+                        "why": "isrflow committed a change the real controller did not write at this point"})
+    return out
+
+
+# ----------------------------------------------------------------------------- invariants on the real history
+def check_history(kafka_records: list[dict], settings: dict) -> list[dict]:
+    findings = []
+    default_min = int(settings.get("min.insync.replicas", "1"))
+    topic_min: dict[str, int] = {}
+    fenced: dict[int, bool] = {}
+    in_cs: dict[int, bool] = {}
+    state: dict[tuple, dict] = {}
+    since_under: dict[tuple, int] = {}
+    since_leaderless: dict[tuple, int] = {}
+    under_total: dict[tuple, int] = {}
+    leaderless_total: dict[tuple, int] = {}
+    last_raft = None
+    end_ts = max((r["append_ms"] or 0 for r in kafka_records), default=0)
+
+    def f(r, inv, detail, dur=None):
+        findings.append({"offset": r.get("offset"), "ts_ms": r.get("append_ms"), "topic": r.get("topic"),
+                         "partition": r.get("partition"), "invariant": inv, "detail": detail,
+                         "duration_ms": dur})
+
+    for r in kafka_records:
+        if r.get("in_snapshot") and r.get("partition_epoch") is None:
+            continue
+        if r.get("raft_epoch") is not None and not r.get("in_snapshot"):
+            if last_raft is not None and r["raft_epoch"] < last_raft:
+                f(r, "EpochMonotonic", f"raft epoch went back from {last_raft} to {r['raft_epoch']}")
+            last_raft = max(last_raft or 0, r["raft_epoch"])
+        t = r["record_type"]
+        if t == "ConfigRecord" and r.get("data"):
+            d = json.loads(r["data"])
+            if d.get("resourceType") == 2 and d.get("name") == "min.insync.replicas":
+                if d.get("value") is None:
+                    topic_min.pop(d["resourceName"], None)
+                else:
+                    topic_min[d["resourceName"]] = int(d["value"])
+            elif d.get("resourceType") == 4 and d.get("resourceName") == "" and d.get("name") == "min.insync.replicas" \
+                    and d.get("value") is not None:
+                default_min = int(d["value"])
+        if t in ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
+                 "UnfenceBrokerRecord") and r.get("data"):
+            d = json.loads(r["data"])
+            b = d.get("brokerId", d.get("id"))
+            if t == "RegisterBrokerRecord":
+                fenced[b] = d.get("fenced", True)
+                in_cs[b] = d.get("inControlledShutdown", False)
+            elif t == "FenceBrokerRecord" or d.get("fenced") == 1:
+                fenced[b] = True
+                in_cs[b] = False
+            elif t == "UnfenceBrokerRecord" or d.get("fenced") == -1:
+                fenced[b] = False
+            if d.get("inControlledShutdown") == 1:
+                in_cs[b] = True
+        if r.get("partition_epoch") is None:
+            continue
+        key = (r["topic"], r["partition"])
+        prev = state.get(key)
+        ts = r["append_ms"] or 0
+        name = f"{r['topic']}-{r['partition']}"
+        isr, elr, lk, leader = r["isr"] or [], r["elr"] or [], r["last_known_elr"] or [], r["leader"]
+        if set(isr) & set(elr):
+            f(r, "ElrIsrDisjoint", f"{name}: ISR {isr} and ELR {elr} share {sorted(set(isr) & set(elr))}")
+        mi = min(topic_min.get(r["topic"], default_min), len(r["replicas"] or []) or 1)
+        if elr and len(isr) >= mi:
+            f(r, "ElrOnlyUnderMinIsr", f"{name}: ELR {elr} is not empty while ISR {isr} has at least min ISR {mi}")
+        if leader != -1 and leader not in isr:
+            f(r, "LeaderInIsr", f"{name}: leader {leader} is not in the ISR {isr}")
+        if prev is not None:
+            if r["leader_epoch"] < prev["leader_epoch"] or r["partition_epoch"] <= prev["partition_epoch"]:
+                f(r, "EpochMonotonic", f"{name}: epochs went from (leader {prev['leader_epoch']}, partition "
+                                       f"{prev['partition_epoch']}) to ({r['leader_epoch']}, {r['partition_epoch']})")
+            if leader != -1 and (leader != prev["leader"] or r["leader_epoch"] != prev["leader_epoch"]):
+                if fenced.get(leader, False) or in_cs.get(leader, False):
+                    f(r, "LeaderEligibility", f"{name}: elected broker {leader} is "
+                                              f"{'fenced' if fenced.get(leader) else 'in controlled shutdown'}")
+                if leader not in prev["isr"] and leader not in prev["elr"] and leader != prev["leader"]:
+                    how = ("the last known ELR member" if leader in prev["last_known_elr"] else
+                           "neither in the ISR nor in the ELR")
+                    f(r, "UncleanElection", f"{name}: leader {leader} elected though it was {how} "
+                                            f"(ISR {prev['isr']}, ELR {prev['elr']}); recovery state "
+                                            f"{r['leader_recovery_state']}")
+        under = len(isr) < mi
+        if under and key not in since_under:
+            since_under[key] = ts
+        elif not under and key in since_under:
+            under_total[key] = under_total.get(key, 0) + ts - since_under.pop(key)
+        if leader == -1 and key not in since_leaderless:
+            since_leaderless[key] = ts
+            f(r, "Leaderless", f"{name}: no leader (ISR {isr}, ELR {elr}, last known ELR {lk})")
+        elif leader != -1 and key in since_leaderless:
+            leaderless_total[key] = leaderless_total.get(key, 0) + ts - since_leaderless.pop(key)
+        state[key] = r
+    for key, t0 in since_under.items():
+        under_total[key] = under_total.get(key, 0) + end_ts - t0
+    for key, t0 in since_leaderless.items():
+        leaderless_total[key] = leaderless_total.get(key, 0) + end_ts - t0
+    for key, ms in sorted(under_total.items()):
+        findings.append({"topic": key[0], "partition": key[1], "invariant": "TimeUnderMinIsr", "duration_ms": ms,
+                         "detail": f"{key[0]}-{key[1]}: {ms} ms with ISR below min ISR", "ts_ms": end_ts})
+    for key, ms in sorted(leaderless_total.items()):
+        findings.append({"topic": key[0], "partition": key[1], "invariant": "TimeWithoutLeader", "duration_ms": ms,
+                         "detail": f"{key[0]}-{key[1]}: {ms} ms without a leader", "ts_ms": end_ts})
+    return findings
+
+
+# ----------------------------------------------------------------------------- the command
+def run_audit(src, tables_dir, engine: str = "local", stream_dir=None, overrides: dict | None = None,
+              log=None) -> dict:
+    from conf import load_defaults
+    from jobs.delta_sink import read_table
+    from protocol.config import EngineConfig
+
+    tables_dir = Path(tables_dir)
+    stream_dir = Path(stream_dir) if stream_dir else tables_dir.with_name(tables_dir.name + ".stream")
+    imp, res, ml = import_metadata(src, stream_dir, tables=None, overwrite=True)
+    settings = dict(res.settings)
+    cfg = dict(load_defaults())
+    cfg.update(settings)
+    cfg.update(overrides or {})
+    config = EngineConfig(cfg)
+    if tables_dir.exists():
+        shutil.rmtree(tables_dir)
+    if engine == "local":
+        from jobs.local_engine import replay_local
+        replay = replay_local(str(stream_dir), str(tables_dir), config, overwrite=True)
+    else:
+        from jobs.spark_engine import replay_spark
+        replay = replay_spark(str(stream_dir), str(tables_dir), config, overwrite=True)
+    write_table(tables_dir, "kafka_records", res.kafka_records)
+    try:
+        isr_rows = read_table(str(tables_dir), "metadata_log").to_pylist()
+    except Exception:                                    # noqa: BLE001 - no row at all: no table
+        isr_rows = []
+    try:
+        elections = read_table(str(tables_dir), "elections").to_pylist()
+    except Exception:                                    # noqa: BLE001
+        elections = []
+    engine_rows = []
+    for t in ("fetch", "alter_partition"):
+        try:
+            engine_rows += [dict(r, _t=t) for r in read_table(str(tables_dir), t).to_pylist()]
+        except Exception:                                # noqa: BLE001 - no such rows: no table
+            pass
+    rows = compare(res.kafka_records, isr_rows, elections, engine_rows)
+    findings = check_history(res.kafka_records, settings)
+    if rows:
+        write_table(tables_dir, "audit", rows)
+    if findings:
+        write_table(tables_dir, "audit_invariants", findings)
+    verdicts: dict[str, int] = {}
+    for r in rows:
+        verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+    inv: dict[str, int] = {}
+    for f in findings:
+        inv[f["invariant"]] = inv.get(f["invariant"], 0) + 1
+    decisions = sum(1 for r in rows if r["verdict"] != "isrflow_only")
+    summary = {"decisions": decisions, "agree": verdicts.get("agree", 0),
+               "differ": verdicts.get("differ", 0), "kafka_only": verdicts.get("kafka_only", 0),
+               "isrflow_only": verdicts.get("isrflow_only", 0), "invariant_findings": inv,
+               "import": {k: imp[k] for k in ("records", "batches", "events", "decisions", "unexplained", "skipped",
+                                              "skipped_by_reason", "issues")},
+               "replay": {k: replay.get(k) for k in ("input_rows", "applied", "rejected", "seconds")},
+               "tables": str(tables_dir), "stream": str(stream_dir), "settings": settings}
+    (tables_dir / "_audit.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def summary_line(s: dict) -> str:
+    inv = ", ".join(f"{k} {v}" for k, v in sorted(s["invariant_findings"].items())) or "none"
+    return (f"audit: {s['decisions']} decisions, {s['agree']} agree, {s['differ']} differ, "
+            f"{s['kafka_only']} kafka-only, {s['isrflow_only']} isrflow-only; invariant findings: {inv}; "
+            f"import skipped {s['import']['skipped']} record(s), {len(s['import']['issues'])} issue(s)")
