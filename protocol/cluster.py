@@ -83,13 +83,17 @@ class Cluster:
 
     # ------------------------------------------------------------------ indexes
     def reindex(self, p: Partition) -> None:
+        """by_broker[b] holds p's key exactly for the brokers b of p.hosts() at p's last reindex
+        (p.indexed: only this method writes either), so only those that left need a look."""
         key = p.key
         now = p.hosts()
+        by_broker = self.by_broker
         for b in now:
-            self.by_broker[b].add(key)
-        for b, keys in self.by_broker.items():
+            by_broker[b].add(key)
+        for b in p.indexed:
             if b not in now:
-                keys.discard(key)
+                by_broker[b].discard(key)
+        p.indexed = now
 
     def hosted(self, b: int) -> list[Partition]:
         parts = self.partitions

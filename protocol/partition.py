@@ -35,12 +35,15 @@ class Partition:
                  "reps",
                  # channels (explicit delivery) and the deferred AlterPartition retry
                  "md_history", "ap_requests", "ap_responses", "next_pid", "retry",
-                 # timers: every timer due at or before tdone has fired; t_next: next periodic multiple
-                 "tdone", "t_next",
+                 # timers: every timer due at or before tdone has fired; t_next: next periodic multiple;
+                 # t_wake: at most every parked produce's deadline (derived, not encoded; 0: unknown)
+                 "tdone", "t_next", "t_wake",
                  # row context
                  "last_seq", "cur_seq", "now", "idx",
                  # invariant checker and its unclean-crash record (replica -> seq of its unclean crash)
-                 "inv", "unclean")
+                 "inv", "unclean",
+                 # the hosts the router's by_broker index holds p under (derived, not encoded)
+                 "indexed")
 
     def __init__(self, cluster, topic: str, partition: int):
         self.cl = cluster
@@ -67,12 +70,14 @@ class Partition:
         self.retry = None            # (leader, pid) to resubmit at the next event (immediate mode)
         self.tdone = 0
         self.t_next = 0
+        self.t_wake = 0
         self.last_seq = 0
         self.cur_seq = 0
         self.now = 0
         self.idx = 0
         self.inv = None
         self.unclean: dict[int, int] = {}
+        self.indexed: set[int] = set()
 
     def emit(self, table: str, row: dict) -> None:
         row["topic"] = self.topic

@@ -14,6 +14,9 @@ ISR, REBALANCE, UNCLEAN, PRODUCE = (TimerKind.ISR_EXPIRATION, TimerKind.LEADER_R
                                     TimerKind.UNCLEAN_ELECTION, TimerKind.PRODUCE_TIMEOUT)
 
 
+_FAR = 1 << 62
+
+
 def _ceil_to(t: int, iv: int) -> int:
     return -(-t // iv) * iv
 
@@ -67,12 +70,23 @@ def advance(p, ts: int) -> None:
     td = p.tdone
     if ts <= td:
         return
-    # fast path: no periodic multiple crossed and no parked produce due
+    # fast path: no periodic multiple crossed and no parked produce due. p.t_wake is at most the
+    # deadline of every parked produce (set here from all of them, lowered when one is parked;
+    # removals keep it a bound), so ts below it proves the loop below would find none due.
     if ts < p.t_next:
+        if ts < p.t_wake:
+            p.tdone = ts
+            return
+        wake = _FAR
         for rep in p.reps.values():
-            if rep.purgatory and rep.purgatory[0].deadline <= ts:
+            purg = rep.purgatory
+            if purg and purg[0].deadline <= ts:
                 break
+            for pr in purg:
+                if pr.deadline < wake:
+                    wake = pr.deadline
         else:
+            p.t_wake = wake
             p.tdone = ts
             return
     los = [td + 1] * 3

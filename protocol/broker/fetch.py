@@ -2,13 +2,52 @@
 (follower.fetch_request), the leader serving it (C1-C3, B3), the follower applying the answer
 (C6-C8), then the leader's ISR expansion and high watermark (B7, B6) -- in Kafka's order, split
 the way Kafka splits it (Partition.scala at the leader, AbstractFetcherThread at the follower).
+
+`steady_request` is the fast path of the common fetch (a modelled request by a follower of a
+live leader in the same leader epoch, on the leader's latest epoch and not past its LEO): it
+proves that fetch_request, fetch_error and check_fetch_position would pass the request through,
+without running them. Everything after those checks is the same code for both paths.
 """
 from __future__ import annotations
 
+from ..messages import FOLLOWER, LEADER
 from . import follower, leader
 
 _fetch_row = follower.fetch_row
 _emit = follower.emit_fetch
+_update_follower_state = leader.update_follower_state
+_apply_records = follower.apply_records
+_fetcher_epoch_stale = leader.fetcher_epoch_stale
+
+
+def steady_request(p, ev: dict, b: int, frep, brokers):
+    """The leader's replica when the fast path holds, else None (the full path decides). Holds
+    when: the row records none of the request's columns (fetch_request takes them all from the
+    model: target = frep's leader, offset = its LEO, last fetched epoch = its latest epoch,
+    current leader epoch = its leader epoch), frep follows a live leader other than b whose
+    replica leads in that leader epoch (C1 passes) and has b as a follower (C2), and both logs'
+    latest epochs agree with the follower not past the leader's LEO (C3: no divergence, in range)."""
+    if frep is None or frep.role != FOLLOWER:
+        return None
+    if (ev["target"] is not None or ev["fetch_offset"] is not None or ev["last_fetched_epoch"] is not None
+            or ev["current_leader_epoch"] is not None or ev["broker_epoch"] is not None):
+        return None
+    target = frep.leader
+    if target == b:
+        return None
+    tbr = brokers.get(target)
+    if tbr is None or not tbr.alive:
+        return None
+    lrep = p.reps.get(target)
+    if lrep is None or lrep.role != LEADER or lrep.leader_epoch != frep.leader_epoch or frep.leader_epoch < 0:
+        return None
+    if b not in lrep.followers:
+        return None
+    fcache = frep.log.cache
+    lcache = lrep.log.cache
+    if not fcache or not lcache or fcache[-1][0] != lcache[-1][0] or frep.log.leo > lrep.log.leo:
+        return None
+    return lrep
 
 
 def fetch(p, ev: dict) -> None:
@@ -18,6 +57,10 @@ def fetch(p, ev: dict) -> None:
     frep = p.reps.get(b)
     if br is None or not br.alive:
         _emit(p, _fetch_row(b, ev.get("target"), ev.get("fetch_offset")), "NOOP", None)
+        return
+    lrep = steady_request(p, ev, b, frep, brokers)
+    if lrep is not None:
+        serve(p, b, frep, lrep, frep.leader, frep.log.leo, br.proc_epoch)
         return
     target, off, lfe, cle, bepoch = follower.fetch_request(p, ev, frep, br)
     if target is None or target == b:
@@ -44,15 +87,22 @@ def fetch(p, ev: dict) -> None:
             follower.truncate_on_divergence(p, frep, pos[0], pos[1], row)
         _emit(p, row, "DIVERGING_EPOCH", frep)
         return
-    if leader.fetcher_epoch_stale(p, target, b, bepoch):
+    serve(p, b, frep, lrep, target, off, bepoch)
+
+
+def serve(p, b: int, frep, lrep, target: int, off: int, bepoch) -> None:
+    """A fetch the leader answers with records (C1-C3 passed): B3 broker-epoch check, the
+    leader's follower state, the follower's append (C8), then B7 and B6 at the leader."""
+    if _fetcher_epoch_stale(p, target, b, bepoch):
         _emit(p, _fetch_row(b, target, off), "NOT_LEADER_OR_FOLLOWER", frep)
         return
+    llog = lrep.log
     resp_hw = llog.hwm
     leader_leo = llog.leo
     fs = lrep.followers[b]
-    leo_changed = leader.update_follower_state(p, fs, off, leader_leo, bepoch)
+    leo_changed = _update_follower_state(p, fs, off, leader_leo, bepoch)
     if frep is not None:
-        follower.apply_records(frep.log, llog, off, leader_leo, resp_hw)
+        _apply_records(frep.log, llog, off, leader_leo, resp_hw)
     # B7 then B6 at the leader
     st = lrep.isr_state
     if not st.is_pending and b not in st.isr:

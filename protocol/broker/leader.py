@@ -120,6 +120,9 @@ def maybe_increment_hw(p, rep: Replica, trigger: str) -> bool:
     st = rep.isr_state
     log = rep.log
     leo = log.leo
+    old = log.hwm
+    if leo <= old:
+        return False          # the candidate HWM never exceeds the leader's LEO
     hw = leo
     now = p.now
     lag = p.cl.config.lag_ms
@@ -127,7 +130,8 @@ def maybe_increment_hw(p, rep: Replica, trigger: str) -> bool:
     for r, fs in rep.followers.items():
         if fs.leo < hw and (r in maximal or (fs.is_caught_up(leo, now, lag) and eligible(p, rep, r, fs))):
             hw = fs.leo
-    old = log.hwm
+            if hw <= old:
+                return False  # the candidate only falls from here: no advance (the checks are pure)
     if hw > old:
         log.hwm = hw
         p.emit("hwm", {"broker": rep.broker, "leader_epoch": rep.leader_epoch, "old_hwm": old,
@@ -340,6 +344,8 @@ def produce(p, ev: dict) -> None:
                      rep.leader_epoch, inc, p.idx)
         p.idx += 1     # the outcome row takes this place in the request's order
         rep.purgatory.append(pr)
+        if pr.deadline < p.t_wake:
+            p.t_wake = pr.deadline    # the timers' bound on parked deadlines (timers.advance)
     else:
         row["result"] = "ACKED"
         p.emit("produce", row)
