@@ -88,8 +88,16 @@ class ReplicaLog:
         self.leo = end
 
     def truncate_to(self, offset: int) -> None:
-        """UnifiedLog.truncateTo: drop [offset, leo); cache entries starting at or after it."""
+        """UnifiedLog.truncateTo: drop [offset, leo); cache entries starting at or after it.
+
+        At or past the log end nothing is dropped from the log, but the epoch cache is still cut
+        at the log end (truncateFromEndAsyncFlush(logEndOffset)): a replica that led an epoch
+        without appending to it holds an entry starting at its LEO that conflicts with the new
+        leader's; kept, it would make the follower diverge on every fetch and never rejoin."""
         if offset >= self.leo:
+            cache, leo = self.cache, self.leo
+            while cache and cache[-1][1] >= leo:
+                cache.pop()
             return
         self.leo = offset
         runs = self.runs

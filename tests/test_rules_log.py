@@ -108,6 +108,22 @@ def test_truncate_to_at_or_beyond_leo_changes_nothing():
     assert (lg.cache, lg.leo, lg.hwm) == ([(1, 0), (3, 10)], 20, 20)
 
 
+def test_truncate_to_at_or_beyond_leo_still_cuts_the_epoch_cache_at_the_leo():
+    # UnifiedLog.truncateTo: "Always truncate epoch cache since we may have a conflicting epoch
+    # entry at the end of the log from the leader" -- truncateFromEnd(logEndOffset). Seen in a real
+    # 4.4.0 recording (tests/data/kafka/elections): a broker elected for epoch 5 that appended
+    # nothing holds (5, 20) at its LEO; without the cut it diverges on every fetch.
+    lg = log_with([(1, 0), (3, 10), (5, 20)], 20, runs=[(0, 1, 0), (10, 3, 0)], hwm=20)
+    lg.truncate_to(25)
+    assert (lg.cache, lg.leo, lg.hwm) == ([(1, 0), (3, 10)], 20, 20)
+    lg = log_with([(1, 0), (3, 10), (5, 20)], 20, runs=[(0, 1, 0), (10, 3, 0)], hwm=20)
+    lg.truncate_to(20)
+    assert lg.cache == [(1, 0), (3, 10)]
+    lg = log_with([(1, 0), (3, 10), (5, 19)], 20, runs=[(0, 1, 0), (10, 3, 0), (19, 5, 0)], hwm=20)
+    lg.truncate_to(20)  # an entry starting below the LEO has records: kept
+    assert lg.cache == [(1, 0), (3, 10), (5, 19)]
+
+
 def test_truncate_to_zero_empties_the_log():
     lg = log_with([(1, 0), (3, 10)], 20, hwm=20)
     lg.truncate_to(0)
