@@ -62,7 +62,7 @@ def cmd_replay(args) -> int:
             summary = replay_spark(args.stream, args.tables, config, checkpoint=args.checkpoint,
                                    max_files_per_trigger=args.max_files_per_trigger,
                                    shuffle_partitions=args.shuffle_partitions, master=args.master,
-                                   n_buckets=args.buckets,
+                                   n_buckets=args.buckets, sink=args.sink, overwrite=args.overwrite,
                                    progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.progress else None)
     except (SinkError, StreamError) as e:
         _fail(str(e))
@@ -73,7 +73,11 @@ def cmd_replay(args) -> int:
 def cmd_sql(args) -> int:
     from jobs.delta_sink import SinkError, sql
     try:
-        t = sql(args.tables, args.query)
+        if args.engine == "spark":
+            from jobs.spark_sql import spark_sql
+            t = spark_sql(args.tables, args.query, master=args.master)
+        else:
+            t = sql(args.tables, args.query)
     except SinkError as e:
         _fail(str(e))
     if args.format == "json":
@@ -139,6 +143,43 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    """A real KRaft metadata log -> an isrflow stream (+ the kafka_records table). See docs/metadata-import.md."""
+    from jobs.metalog.importer import import_metadata, summary_line
+    try:
+        summary, _res, _ml = import_metadata(args.metadata, args.out, tables=args.tables, overwrite=args.overwrite)
+    except OSError as e:
+        _fail(str(e))
+    for line in summary["issues"]:
+        print(f"isrflow import: {line}", file=sys.stderr)
+    print(summary_line(summary), file=sys.stderr)
+    print(json.dumps({k: v for k, v in summary.items() if k != "issues"}))
+    return 0
+
+
+def cmd_audit(args) -> int:
+    """Import, replay and compare every real controller decision with isrflow's."""
+    from jobs.metalog.audit import run_audit, summary_line
+    from protocol.config import ConfigError
+    overrides = {}
+    for kv in args.set or []:
+        if "=" not in kv:
+            _fail(f"--set {kv!r}: expected KEY=VALUE", EXIT_USAGE)
+        k, v = kv.split("=", 1)
+        overrides[k.strip()] = v.strip()
+    try:
+        summary = run_audit(args.metadata, args.tables, engine=args.engine, stream_dir=args.stream,
+                            overrides=overrides)
+    except OSError as e:
+        _fail(str(e))
+    except ConfigError as e:
+        _fail(f"configuration: {e}", EXIT_USAGE)
+    for line in summary["import"]["issues"]:
+        print(f"isrflow audit: {line}", file=sys.stderr)
+    print(summary_line(summary))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="isrflow", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -155,6 +196,8 @@ def main(argv=None) -> int:
         p.add_argument("--overwrite", action="store_true", help="replace the tables directory if it holds another replay")
         p.add_argument("--buckets", type=int, default=None,
                        help="spark engine: number of state buckets (frozen in the checkpoint; default 16)")
+        p.add_argument("--sink", choices=["delta-spark", "delta-rs"], default=None,
+                       help="spark engine: Delta writer (default: delta-spark when its JARs are there, else delta-rs)")
         if name == "run":
             p.add_argument("--trigger-seconds", type=float, default=5.0, help="processing-time trigger interval")
         p.set_defaults(fn=cmd_replay if name == "replay" else cmd_run)
@@ -163,6 +206,9 @@ def main(argv=None) -> int:
     p.add_argument("--tables", required=True)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs",
+                   help="delta-rs (DataFusion, default) or spark (Spark SQL + Delta)")
+    p.add_argument("--master", default=None, help="spark engine: Spark master (default local[2])")
     p.add_argument("query")
     p.set_defaults(fn=cmd_sql)
 
@@ -195,6 +241,27 @@ def main(argv=None) -> int:
     p.add_argument("--work", default=None, help="keep streams and tables here")
     p.set_defaults(fn=cmd_bench)
 
+    from jobs.lab import add_parser as lab_parser
+    lab_parser(sub)
+
+    p = sub.add_parser("import", help="a KRaft metadata log (__cluster_metadata-0 dir, segment, snapshot or "
+                                      "kafka-dump-log text) as an isrflow stream")
+    p.add_argument("metadata", help="__cluster_metadata-0 directory, a .log segment, a .checkpoint snapshot, or "
+                                    "the text of kafka-dump-log --cluster-metadata-decoder")
+    p.add_argument("--out", required=True, help="stream directory to write")
+    p.add_argument("--tables", default=None, help="write kafka_records here (default: OUT/_tables)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.set_defaults(fn=cmd_import)
+
+    p = sub.add_parser("audit", help="replay a real metadata log and compare each controller decision")
+    p.add_argument("metadata", help="as for import")
+    p.add_argument("--tables", required=True, help="output tables (replaced): the replay, kafka_records, audit, "
+                                                   "audit_invariants")
+    p.add_argument("--engine", choices=["local", "spark"], default="local")
+    p.add_argument("--stream", default=None, help="where to write the imported stream (default: TABLES.stream)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="engine config override")
+    p.set_defaults(fn=cmd_audit)
+
     args = ap.parse_args(argv)
     return args.fn(args)
 
@@ -206,9 +273,15 @@ def cmd_run(args) -> int:
         _fail("run needs --checkpoint DIR", EXIT_USAGE)
     if args.engine == "local":
         _fail("run needs --engine spark (the continuous job is a Spark streaming query)", EXIT_USAGE)
-    run_spark(args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master,
-              trigger_seconds=args.trigger_seconds, max_files_per_trigger=args.max_files_per_trigger,
-              shuffle_partitions=args.shuffle_partitions, n_buckets=args.buckets)
+    from jobs.delta_sink import SinkError
+    try:
+        summary = run_spark(args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master,
+                            trigger_seconds=args.trigger_seconds, max_files_per_trigger=args.max_files_per_trigger,
+                            shuffle_partitions=args.shuffle_partitions, n_buckets=args.buckets, sink=args.sink,
+                            overwrite=args.overwrite)
+    except SinkError as e:
+        _fail(str(e))
+    print(json.dumps(summary))
     return 0
 
 

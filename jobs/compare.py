@@ -17,8 +17,8 @@ Metrics (times are event time, ``ts_ms``):
 * time under min ISR per partition: ``|isr| < min(min.insync.replicas,
   |replicas|)``. The tables do not carry the configuration, so
   ``min.insync.replicas`` comes from, in order: the ``min_isr`` argument;
-  else ``_run.json`` in the tables directory (written by ``isrflow replay``:
-  ``{"config": {...}, "stream": ..., "engine": ...}``) for the engine-wide
+  else ``_run.json`` in the tables directory (written by both engines, replay and run, through
+  jobs/runinfo.py: ``{"config": {...effective config}, "stream": ..., "engine": ...}``) for the engine-wide
   value, plus the topic / partition overrides of the stream's
   ``AlterConfig``, ``CreatePartition`` and ``PartitionRecord`` rows when the
   stream named there is still readable (applied from their ``seq`` on, only
@@ -67,7 +67,7 @@ def _empty(t: Optional[pa.Table]) -> bool:
 
 
 def read_run_info(tables_dir) -> Optional[dict]:
-    """The ``_run.json`` written by ``isrflow replay`` into the tables dir (None: absent or unreadable)."""
+    """The ``_run.json`` written by either engine into the tables dir (None: absent or unreadable)."""
     p = Path(tables_dir) / "_run.json"
     try:
         info = json.loads(p.read_text(encoding="utf-8"))

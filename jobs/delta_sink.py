@@ -112,7 +112,7 @@ class DeltaSink:
     """One Delta table per output table under `tables_dir`; commit() writes a
     micro-batch to all of them exactly once."""
 
-    def __init__(self, tables_dir: str, app_id: str = "isrflow"):
+    def __init__(self, tables_dir: str, app_id: str = "isrflow", load_state: bool = True):
         self.root = Path(tables_dir)
         self.app_id = app_id
         _ensure_dir(self.root)
@@ -120,6 +120,8 @@ class DeltaSink:
         for name in TABLES:
             self._dts[name] = self._open_or_create(name)
         self._state: dict[tuple, dict] = {}
+        if not load_state:      # only create / check the tables (the native Spark sink MERGEs the state)
+            return
         for row in _to_arrow_table(self._dts["partition_state"]).to_pylist():
             self._state[(row["topic"], row["partition"])] = row
 

@@ -7,7 +7,9 @@ Plan of one query (see jobs/spark_source.py for the reader):
       -> withWatermark(et, 1 ms)               # watermark == stream time after earlier batches
       -> groupBy(bucket).applyInPandasWithState(bucket_fn, "table string, data binary",
                                                 "blob binary", Update, EventTimeTimeout)
-      -> foreachBatch(BatchWriter)              # one collect(); Delta commit per batch id
+      -> foreachBatch(BatchWriter)              # Delta commit per table per batch id: native
+                                                # delta-spark from the executors (SparkDeltaSink) or
+                                                # delta-rs after one collect() (docs/spark-engine.md)
 
 Each bucket's state is one `protocol.cluster.Cluster` (its own broker registry and topic
 configs + the partitions hashed to it by jobs.buckets.bucket_of), encoded with
@@ -240,8 +242,24 @@ def _kill_hook(batch_id: int, phase: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _merge_stats(stats) -> dict:
+    """The operator's per-bucket `_stats` rows summed into one batch's figures."""
+    st = {"n_in": 0, "applied": 0, "rejected": 0, "min_seq": None, "max_seq": None, "max_ts": 0}
+    for s in stats:
+        for k in ("n_in", "applied", "rejected"):
+            st[k] += s[k]
+        st["max_ts"] = max(st["max_ts"], s["max_ts"])
+        if s["min_seq"] is not None and (st["min_seq"] is None or s["min_seq"] < st["min_seq"]):
+            st["min_seq"] = s["min_seq"]
+        if s["max_seq"] is not None and (st["max_seq"] is None or s["max_seq"] > st["max_seq"]):
+            st["max_seq"] = s["max_seq"]
+    return st
+
+
 class BatchWriter:
-    """foreachBatch: one collect() of the operator's output, one Delta commit per table."""
+    """foreachBatch: turns the operator's output of one micro-batch into a Delta commit per
+    table, through the sink: the delta-rs sink gets the rows collected on the driver (one
+    collect()); the native delta-spark sink writes from the executors (write_frame)."""
 
     def __init__(self, sink, progress=None):
         self.sink = sink
@@ -256,44 +274,19 @@ class BatchWriter:
         with self.lock:
             self._batch(df, batch_id)
 
-    def _batch(self, df, batch_id: int) -> None:
-        rows = df.collect()                      # the one action on the batch DataFrame
-        per: dict[str, list] = defaultdict(list)
-        st = {"n_in": 0, "applied": 0, "rejected": 0, "min_seq": None, "max_seq": None, "max_ts": 0}
-        for r in rows:
-            name, data = r["table"], r["data"]
-            if name == "_stats":
-                s = json.loads(bytes(data))
-                for k in ("n_in", "applied", "rejected"):
-                    st[k] += s[k]
-                st["max_ts"] = max(st["max_ts"], s["max_ts"])
-                if s["min_seq"] is not None and (st["min_seq"] is None or s["min_seq"] < st["min_seq"]):
-                    st["min_seq"] = s["min_seq"]
-                if s["max_seq"] is not None and (st["max_seq"] is None or s["max_seq"] > st["max_seq"]):
-                    st["max_seq"] = s["max_seq"]
-            else:
-                per[name].append(pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all())
-        tables = {}
-        for name, parts in per.items():
-            t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-            keys = [(k, "ascending") for k in SORT_KEYS if k in t.column_names]
-            tables[name] = t.sort_by(keys) if keys else t
-        state = tables.pop("partition_state", None)
-        state_rows = state.to_pylist() if state is not None else []
+    def _progress_row(self, batch_id: int, st: dict) -> dict:
+        from .runinfo import progress_row
         if st["max_seq"] is not None:
             self.max_seq = st["max_seq"] if self.max_seq is None else max(self.max_seq, st["max_seq"])
         self.max_ts = max(self.max_ts, st["max_ts"])
-        tables["progress"] = [{"batch_id": batch_id, "engine": "spark", "input_rows": st["n_in"],
-                               "applied": st["applied"], "rejected": st["rejected"], "min_seq": st["min_seq"],
-                               "max_seq": st["max_seq"], "max_ts_ms": self.max_ts}]
-        _kill_hook(batch_id, "before")
-        if os.environ.get("ISRFLOW_TEST_KILL", "").endswith(":mid"):
-            first = {k: v for k, v in tables.items() if k != "progress"}
-            names = sorted(first)[: max(1, len(first) // 2)]
-            self.sink.commit(batch_id, {k: first[k] for k in names})
-            _kill_hook(batch_id, "mid")
-        self.sink.commit(batch_id, tables, state_rows)
-        _kill_hook(batch_id, "after")
+        return progress_row(batch_id, "spark", st["n_in"], st["applied"], st["rejected"], st["min_seq"],
+                            st["max_seq"], self.max_ts)
+
+    def _batch(self, df, batch_id: int) -> None:
+        if hasattr(self.sink, "write_frame"):
+            st = self.sink.write_frame(df, batch_id, lambda st: self._progress_row(batch_id, st))
+        else:
+            st = self._collect_and_commit(df, batch_id)
         tot = self.totals
         tot["input_rows"] += st["n_in"]
         tot["applied"] += st["applied"]
@@ -305,52 +298,183 @@ class BatchWriter:
                           f"{st['rejected']:,} rejected); total {tot['input_rows']:,} rows, "
                           f"{tot['input_rows'] / max(el, 1e-9):,.0f} events/s")
 
+    def _collect_and_commit(self, df, batch_id: int) -> dict:
+        rows = df.collect()                      # the one action on the batch DataFrame
+        per: dict[str, list] = defaultdict(list)
+        stats = []
+        for r in rows:
+            name, data = r["table"], r["data"]
+            if name == "_stats":
+                stats.append(json.loads(bytes(data)))
+            else:
+                per[name].append(pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all())
+        st = _merge_stats(stats)
+        tables = {}
+        for name, parts in per.items():
+            t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            keys = [(k, "ascending") for k in SORT_KEYS if k in t.column_names]
+            tables[name] = t.sort_by(keys) if keys else t
+        state = tables.pop("partition_state", None)
+        state_rows = state.to_pylist() if state is not None else []
+        tables["progress"] = [self._progress_row(batch_id, st)]
+        _kill_hook(batch_id, "before")
+        if os.environ.get("ISRFLOW_TEST_KILL", "").endswith(":mid"):
+            first = {k: v for k, v in tables.items() if k != "progress"}
+            names = sorted(first)[: max(1, len(first) // 2)]
+            self.sink.commit(batch_id, {k: first[k] for k in names})
+            _kill_hook(batch_id, "mid")
+        self.sink.commit(batch_id, tables, state_rows)
+        _kill_hook(batch_id, "after")
+        return st
 
-def _make_sink(spark, tables_dir: str, app_id: str):
-    from .delta_sink import DeltaSink
+
+SINKS = ("delta-spark", "delta-rs")
+
+
+def choose_sink(spark, sink: str | None = None) -> str:
+    """--sink / ISRFLOW_SINK: delta-spark | delta-rs | auto (default: delta-spark when its JARs
+    are on the classpath, else delta-rs)."""
+    from .delta_sink import SinkError
     from .spark_session import has_delta_jars
-    choice = os.environ.get("ISRFLOW_SINK", "auto")
-    if choice == "delta-spark" or (choice == "auto" and has_delta_jars(spark)):
+    choice = sink or os.environ.get("ISRFLOW_SINK") or "auto"
+    with_ext = "Delta" in (spark.conf.get("spark.sql.extensions", "") or "")
+    if choice == "auto":
+        return "delta-spark" if has_delta_jars(spark) and with_ext else "delta-rs"
+    if choice not in SINKS:
+        raise SinkError(f"unknown sink {choice!r} (expected one of {', '.join(SINKS)})")
+    if choice == "delta-spark" and not has_delta_jars(spark):
+        raise SinkError("--sink delta-spark needs the delta-spark JARs on the classpath (./dev setup resolves them "
+                        "into .cache/jars/spark; with spark-submit pass them with --jars)")
+    return choice
+
+
+def _make_sink(spark, tables_dir: str, app_id: str, sink: str):
+    from .delta_sink import DeltaSink
+    if sink == "delta-spark":
         return SparkDeltaSink(spark, tables_dir, app_id)
     return DeltaSink(tables_dir, app_id=app_id)
 
 
+def _explode_fn(name: str):
+    """mapInArrow function (runs on the executors): the operator's Arrow IPC blobs of one
+    table -> that table's record batches, in the table's Arrow schema (schemas/)."""
+    def explode(batches):
+        from schemas.tables import arrow_schema
+        want = arrow_schema(name)
+        for b in batches:
+            for blob in b.column(0).to_pylist():
+                t = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+                t = t.select(want.names).cast(want)
+                keys = [(k, "ascending") for k in SORT_KEYS if k in t.column_names]
+                if keys:
+                    t = t.sort_by(keys)
+                yield from t.to_batches()
+    return explode
+
+
 class SparkDeltaSink:
-    """NATIVE delta-spark sink, used only where the delta-spark JARs are on the classpath
-    (ISRFLOW_SINK=auto detects them; never required). UNTESTED HERE: no Maven repository is
-    reachable on the development machines, so the JARs could not be installed. Same tables
-    and the same exactly-once rule as DeltaSink: Delta's own idempotent writes
-    (txnAppId = app id, txnVersion = batch id), partition_state rewritten in full."""
+    """The native delta-spark sink (default when the delta-spark JARs are on the classpath).
+
+    Per micro-batch: the operator's output (one row per bucket and table: the table name and an
+    Arrow IPC blob) is persisted; one small collect() brings only the table names and the
+    per-bucket `_stats` to the driver; then, for each table that has rows, a mapInArrow over the
+    blobs of that table explodes them into a DataFrame with the table's schema and the
+    executors append it with Delta's idempotent writes (txnAppId = app id, txnVersion = batch
+    id: Delta itself skips a batch the table already holds). partition_state is kept current
+    with a MERGE on (topic, partition) under the same app transaction (session confs
+    spark.databricks.delta.write.txnAppId / txnVersion). The progress row is written last.
+    Tables are created (empty, with the schemas from schemas/) by delta-rs, as the delta-rs
+    sink does, so both sinks produce the same table metadata."""
 
     def __init__(self, spark, tables_dir: str, app_id: str):
         from .delta_sink import DeltaSink
         self.spark = spark
-        self.base = DeltaSink(tables_dir, app_id=app_id)   # creates the tables, loads partition_state
+        self.base = DeltaSink(tables_dir, app_id=app_id, load_state=False)   # creates / checks the tables
         self.app_id = app_id
 
-    def _write(self, name, tbl: pa.Table, batch_id: int, mode: str) -> None:
+    def _path(self, name: str) -> str:
+        return str(Path(self.base.table_path(name)).resolve())
+
+    def _frame(self, df, name: str):
+        from pyspark.sql import functions as F
         from schemas.tables import spark_schema
-        df = self.spark.createDataFrame(tbl.to_pandas(), schema=spark_schema(name))
-        (df.write.format("delta").option("txnAppId", self.app_id).option("txnVersion", batch_id)
-         .mode(mode).save(self.base.table_path(name)))
+        return df.filter(F.col("table") == name).select("data").mapInArrow(_explode_fn(name), spark_schema(name))
 
-    def commit(self, batch_id, rows_by_table, partition_state=None):
-        from schemas.tables import TABLES
-        for name in [n for n in TABLES if n in rows_by_table and n != "progress"] + ["progress"]:
-            if name not in rows_by_table:
-                continue
-            t = self.base._to_arrow(name, rows_by_table[name])
-            if t.num_rows:
-                self._write(name, t, batch_id, "append")
-        if partition_state:
-            for r in partition_state:
-                self.base._state[(r["topic"], r["partition"])] = r
-            ordered = [self.base._state[k] for k in sorted(self.base._state)]
-            self._write("partition_state", self.base._to_arrow("partition_state", ordered), batch_id, "overwrite")
+    def _append(self, frame, name: str, batch_id: int) -> None:
+        (frame.write.format("delta").mode("append").option("txnAppId", self.app_id)
+         .option("txnVersion", str(batch_id)).save(self._path(name)))
 
-    @property
-    def partition_state(self):
-        return self.base.partition_state
+    def _merge_state(self, spark, frame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+        keys = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
+        spark.conf.set(keys[0], self.app_id)
+        spark.conf.set(keys[1], str(batch_id))
+        try:
+            (DeltaTable.forPath(spark, self._path("partition_state")).alias("t")
+             .merge(frame.alias("s"), "t.topic = s.topic AND t.partition = s.partition")
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        finally:
+            for k in keys:
+                spark.conf.unset(k)
+
+    def write_frame(self, df, batch_id: int, make_progress) -> dict:
+        from concurrent.futures import ThreadPoolExecutor
+        from pyspark.sql import functions as F
+        from schemas.tables import TABLES, spark_schema
+        spark = df.sparkSession
+        trace = _tracer(batch_id)
+        df.persist()        # the stateful plan runs once (Q6: one action re-runs it); later reads hit the cache
+        try:
+            meta = df.select("table", F.when(F.col("table") == "_stats", F.col("data")).alias("stats")).collect()
+            trace("operator + meta collect")
+            st = _merge_stats(json.loads(bytes(r["stats"])) for r in meta if r["table"] == "_stats")
+            present = {r["table"] for r in meta if r["table"] != "_stats"}
+            order = [n for n in TABLES if n in present and n not in ("partition_state", "progress")]
+            prog = make_progress(st)
+            _kill_hook(batch_id, "before")
+            if os.environ.get("ISRFLOW_TEST_KILL", "").endswith(":mid"):
+                half = max(1, len(order) // 2)
+                for name in order[:half]:
+                    self._append(self._frame(df, name), name, batch_id)
+                _kill_hook(batch_id, "mid")
+            # the tables' commits are independent: Spark runs them as concurrent jobs (a Delta
+            # append is mostly driver-side log work), progress strictly after all of them
+            jobs = [(self._append, name) for name in order]
+            if "partition_state" in present:
+                jobs.append((None, "partition_state"))
+
+            def run(job):
+                fn, name = job
+                if fn is None:
+                    self._merge_state(spark, self._frame(df, name), batch_id)
+                else:
+                    fn(self._frame(df, name), name, batch_id)
+                trace(f"{name}")
+            threads = max(1, int(os.environ.get("ISRFLOW_SINK_THREADS", "4")))
+            if threads == 1 or len(jobs) <= 1:
+                for j in jobs:
+                    run(j)
+            else:
+                with ThreadPoolExecutor(max_workers=threads) as pool:
+                    for f in [pool.submit(run, j) for j in jobs]:
+                        f.result()
+            self._append(spark.createDataFrame([prog], schema=spark_schema("progress")), "progress", batch_id)
+            trace("progress")
+            _kill_hook(batch_id, "after")
+        finally:
+            df.unpersist()
+        return st
+
+
+def _tracer(batch_id: int):
+    """ISRFLOW_SINK_TRACE=1: the native sink's step times on stderr."""
+    if not os.environ.get("ISRFLOW_SINK_TRACE"):
+        return lambda step: None
+    t0 = time.perf_counter()
+
+    def trace(step):
+        print(f"[sink] batch {batch_id} +{time.perf_counter() - t0:.2f}s {step}", file=sys.stderr, flush=True)
+    return trace
 
 
 def _set_shuffle(spark, shuffle_partitions) -> None:
@@ -389,29 +513,53 @@ def build_query(spark, stream: str, tables_dir: str, config: EngineConfig, check
     return w.queryName(f"isrflow-{Path(checkpoint).name}").start()
 
 
-def _summary(writer: BatchWriter, t0: float, tables_dir: str, n_buckets: int, checkpoint: str) -> dict:
+def _summary(writer: BatchWriter, t0: float, tables_dir: str, n_buckets: int, checkpoint: str, sink: str) -> dict:
+    from .runinfo import finish_run_info
     tot = dict(writer.totals)
     el = time.perf_counter() - t0
+    all_batches = finish_run_info(tables_dir)
     tot.update(seconds=round(el, 3), events_per_s=round(tot["input_rows"] / max(el, 1e-9)),
-               partitions=len(writer.sink.partition_state), tables=str(Path(tables_dir)), engine="spark",
-               buckets=n_buckets, checkpoint=checkpoint)
+               partitions=all_batches["partitions"], tables=str(Path(tables_dir)), engine="spark",
+               buckets=n_buckets, checkpoint=checkpoint, sink=sink)
     return tot
 
 
+def _start_run(spark, stream, tables_dir, config, checkpoint, n_buckets, sink, progress):
+    """The shared replay record (jobs/runinfo.py) + the sink + the foreachBatch writer."""
+    from .runinfo import write_run_info
+    app_id = fingerprint(config, checkpoint)
+    sink = choose_sink(spark, sink)
+    writer = BatchWriter(_make_sink(spark, tables_dir, app_id, sink), progress)
+    write_run_info(tables_dir, stream, config, "spark", app_id, checkpoint=str(Path(checkpoint).resolve()),
+                   buckets=n_buckets, sink=sink, master=spark.sparkContext.master)
+    return writer, sink
+
+
+def _guard(stream, tables_dir, config, checkpoint, overwrite: bool, default_ck: bool) -> None:
+    from .runinfo import check_tables_dir
+    ck = Path(checkpoint).resolve()
+    inside = default_ck or Path(tables_dir).resolve() in ck.parents
+    check_tables_dir(tables_dir, fingerprint(config, checkpoint), overwrite, () if inside else (ck,))
+
+
 def replay_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoint=None, max_files_per_trigger=None,
-                 shuffle_partitions=None, master=None, n_buckets=None, progress=None, spark=None) -> dict:
-    """Replays the whole stream (trigger availableNow) into Delta tables under tables_dir."""
+                 shuffle_partitions=None, master=None, n_buckets=None, progress=None, spark=None,
+                 sink: str | None = None, overwrite: bool = False) -> dict:
+    """Replays the whole stream (trigger availableNow) into Delta tables under tables_dir.
+    A tables directory that holds another replay is refused unless overwrite (then cleared,
+    with the checkpoint)."""
     from .spark_session import get_spark
 
-    if checkpoint is None:
+    default_ck = checkpoint is None
+    if default_ck:
         checkpoint = _default_checkpoint(stream, tables_dir, config)
+    _guard(stream, tables_dir, config, checkpoint, overwrite, default_ck)
     n_buckets, key_shuffle = _meta_keys(checkpoint, n_buckets, stream, shuffle_partitions)
     spark = spark or get_spark(master, shuffle_partitions)
     _set_shuffle(spark, shuffle_partitions)
     if progress is None and os.environ.get("ISRFLOW_PROGRESS"):
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    sink = _make_sink(spark, tables_dir, fingerprint(config, checkpoint))
-    writer = BatchWriter(sink, progress)
+    writer, sink = _start_run(spark, stream, tables_dir, config, checkpoint, n_buckets, sink, progress)
     t0 = time.perf_counter()
     q = build_query(spark, stream, tables_dir, config, checkpoint, n_buckets, writer,
                     max_files_per_trigger=max_files_per_trigger, key_shuffle=key_shuffle)
@@ -422,23 +570,25 @@ def replay_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoi
         raise
     if q.exception() is not None:
         raise RuntimeError(f"streaming query failed: {q.exception()}")
-    return _summary(writer, t0, tables_dir, n_buckets, checkpoint)
+    return _summary(writer, t0, tables_dir, n_buckets, checkpoint, sink)
 
 
 def run_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoint, master=None,
               trigger_seconds: float = 5.0, max_files_per_trigger=None, shuffle_partitions=None, n_buckets=None,
-              progress=None, spark=None, stop_event: threading.Event | None = None) -> dict:
+              progress=None, spark=None, stop_event: threading.Event | None = None, sink: str | None = None,
+              overwrite: bool = False) -> dict:
     """The continuous job: processing-time trigger, new files are picked up as they land;
-    SIGINT/SIGTERM (or stop_event) stop it cleanly after the running micro-batch."""
+    SIGINT/SIGTERM (or stop_event) stop it cleanly after the running micro-batch.
+    overwrite: start afresh (the tables directory and the checkpoint are cleared)."""
     from .spark_session import get_spark
 
+    _guard(stream, tables_dir, config, checkpoint, overwrite, False)
     n_buckets, key_shuffle = _meta_keys(checkpoint, n_buckets, stream, shuffle_partitions)
     spark = spark or get_spark(master, shuffle_partitions)
     _set_shuffle(spark, shuffle_partitions)
     if progress is None:
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    sink = _make_sink(spark, tables_dir, fingerprint(config, checkpoint))
-    writer = BatchWriter(sink, progress)
+    writer, sink = _start_run(spark, stream, tables_dir, config, checkpoint, n_buckets, sink, progress)
     stop = stop_event or threading.Event()
     old = {}
     if threading.current_thread() is threading.main_thread():
@@ -467,4 +617,4 @@ def run_spark(stream: str, tables_dir: str, config: EngineConfig, *, checkpoint,
     if q.exception() is not None:
         raise RuntimeError(f"streaming query failed: {q.exception()}")
     progress("isrflow run: stopped")
-    return _summary(writer, t0, tables_dir, n_buckets, checkpoint)
+    return _summary(writer, t0, tables_dir, n_buckets, checkpoint, sink)

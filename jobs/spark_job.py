@@ -1,13 +1,15 @@
 """spark-submit entry point: the same jobs as the `isrflow` command, on any Spark master.
 
-    spark-submit --master spark://host:7077 jobs/spark_job.py replay STREAM --tables DIR [...]
+    spark-submit --master spark://host:7077 [--jars <delta-spark JARs>] jobs/spark_job.py replay STREAM --tables DIR [...]
     spark-submit jobs/spark_job.py run STREAM --tables DIR --checkpoint DIR [...]
 
 Arguments are exactly `isrflow`'s; `replay`/`run` use the Spark engine unless told
 otherwise, and the master, memory and other settings given to spark-submit win over
 conf/spark.conf. STREAM, --tables and --checkpoint must be on a filesystem every worker
 sees. The project's packages are shipped to the executors (a zip added with addPyFile)
-when they are not installed there.
+when they are not installed there. With the delta-spark JARs given to --jars (the ones
+jobs/jars.py lists from .cache/jars/spark) the native Delta sink writes from the executors;
+without them delta-rs writes from the driver (docs/spark-engine.md).
 """
 from __future__ import annotations
 

@@ -21,7 +21,25 @@ def spark_conf(master: str | None = None, shuffle_partitions: int | None = None)
         c["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
     c.setdefault("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
     c.setdefault("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
+    c.update(delta_conf())
     return c
+
+
+def delta_conf() -> dict[str, str]:
+    """delta-spark (and spark-sql-kafka) from the JAR cache that `./dev setup` fills
+    (jobs/jars.py), with Delta's SQL extension and catalog; {} when the cache is empty
+    (delta-rs then writes the tables) or ISRFLOW_NO_JARS=1. Under spark-submit the JVM is
+    already running: pass the same JARs with --jars (`python -c "from jobs.jars import
+    spark_extra_jars; print(','.join(spark_extra_jars()))"`)."""
+    if os.environ.get("ISRFLOW_NO_JARS") == "1":
+        return {}
+    from .jars import spark_extra_jars
+    jars = spark_extra_jars()
+    if not any("delta-spark" in os.path.basename(j) for j in jars):
+        return {}
+    return {"spark.jars": ",".join(jars),
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"}
 
 
 def get_spark(master: str | None = None, shuffle_partitions: int | None = None, app_name: str = "isrflow"):
@@ -35,10 +53,19 @@ def get_spark(master: str | None = None, shuffle_partitions: int | None = None, 
     conf = spark_conf(master, shuffle_partitions)
     active = SparkSession.getActiveSession()
     if active is None:
+        if os.environ.get("ISRFLOW_SPARK_SUBMIT") and "spark.sql.extensions" in conf:
+            from pyspark import SparkContext
+            SparkContext._ensure_initialized()      # the JVM spark-submit started: are --jars on it?
+            try:
+                SparkContext._jvm.org.apache.spark.util.Utils.classForName(
+                    "io.delta.sql.DeltaSparkSessionExtension", True, False)
+            except Exception:
+                for k in delta_conf():      # spark-submit without --jars: no Delta on the classpath
+                    conf.pop(k, None)
         b = SparkSession.builder.appName(app_name)
         for k, v in conf.items():
-            if k == "spark.master" and os.environ.get("ISRFLOW_SPARK_SUBMIT"):
-                continue  # spark-submit --master wins
+            if k in ("spark.master", "spark.jars") and os.environ.get("ISRFLOW_SPARK_SUBMIT"):
+                continue  # spark-submit --master / --jars win
             b = b.config(k, v)
         spark = b.getOrCreate()
     else:
@@ -61,7 +88,8 @@ def has_delta_jars(spark) -> bool:
     """True when the delta-spark JARs are on the classpath (never required)."""
     try:
         jvm = spark.sparkContext._jvm
-        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
+        # through Spark's class loader: JARs given with spark.jars / --jars are not on py4j's
+        jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)
         return True
     except Exception:
         return False

@@ -44,6 +44,7 @@ import zlib
 from pathlib import Path
 
 from protocol.cluster import PARTITION_TYPES, TOPIC_TYPES, order_reject_reason
+from schemas._derive import safe_text
 from schemas.events import EVENT_COLUMNS, validate
 
 from .buckets import bucket_of, group_keys
@@ -62,7 +63,7 @@ class SourceError(RuntimeError):
 
 def _rej(ev: dict, raw_json: str, reason: str) -> dict:
     return {"topic": ev.get("topic"), "partition": ev.get("partition"), "seq": ev.get("seq"), "idx": 0,
-            "ts_ms": ev.get("ts_ms"), "raw": raw_json, "reason": reason}
+            "ts_ms": ev.get("ts_ms"), "raw": raw_json, "reason": safe_text(reason)}
 
 
 # ----------------------------------------------------------------------------- the scan

@@ -48,7 +48,14 @@ def test_emulated_spark_equals_local(tmp_path, seed, kw):
 
 
 def test_order_reject_reason_matches_core():
+    """The core and the Spark source drop out-of-order rows with the same, hand-written reasons."""
     cfg = EngineConfig({})
+    want = {
+        5: "Tick row seq 5: seq 5 is not after the last applied seq 5 (duplicate or out of order); dropped",
+        3: "Tick row seq 3: seq 3 is not after the last applied seq 5 (duplicate or out of order); dropped",
+        6: ("Tick row seq 6: ts_ms 9 goes back before the stream's time 10 (ts_ms must not decrease with seq); "
+            "dropped"),
+    }
     for last, mx, ev in ((5, 10, {"seq": 5, "ts_ms": 20}), (5, 10, {"seq": 3, "ts_ms": 20}),
                          (5, 10, {"seq": 6, "ts_ms": 9})):
         cl = Cluster(cfg)
@@ -56,4 +63,6 @@ def test_order_reject_reason_matches_core():
         full = {"type": "Tick", "broker": None, **ev}
         cl.apply(full)
         core = cl.drain()["rejected"][0]["reason"]
-        assert core == order_reject_reason("Tick", ev["seq"], ev["ts_ms"], last, mx)
+        assert core == want[ev["seq"]]
+        assert order_reject_reason("Tick", ev["seq"], ev["ts_ms"], last, mx) == want[ev["seq"]]
+    assert order_reject_reason("Tick", 6, 10, 5, 10) is None

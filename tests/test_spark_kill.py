@@ -23,10 +23,10 @@ pytestmark = pytest.mark.spark
 ISRFLOW = str(Path(sys.executable).with_name("isrflow"))
 
 
-def _start(stream, tables, ck, env_extra, log):
+def _start(stream, tables, ck, env_extra, log, sink):
     env = dict(os.environ, **env_extra)
     cmd = [ISRFLOW, "run", str(stream), "--tables", str(tables), "--checkpoint", str(ck), "--engine", "spark",
-           "--max-files-per-trigger", "1", "--trigger-seconds", "0.2", "--buckets", "4"]
+           "--max-files-per-trigger", "1", "--trigger-seconds", "0.2", "--buckets", "4", "--sink", sink]
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -53,7 +53,15 @@ def _committed_rows(tables) -> int:
         return 0
 
 
-def test_kill_and_restart(tmp_path):
+def _have_delta_jars() -> bool:
+    from jobs.spark_session import delta_conf
+    return bool(delta_conf())
+
+
+@pytest.mark.parametrize("sink", ["delta-spark", "delta-rs"])
+def test_kill_and_restart(tmp_path, sink):
+    if sink == "delta-spark" and not _have_delta_jars():
+        pytest.skip("delta-spark JARs not in the cache (./dev setup)")
     stream, n_rows = make_stream(tmp_path / "stream", 21, 500, n_files=10, partitions=4, topics=2)
     cfg = EngineConfig(_defaults())
     ref = tmp_path / "ref"
@@ -63,12 +71,12 @@ def test_kill_and_restart(tmp_path):
     # 1-3: self-kill (SIGKILL) at a point of the sink path of a given batch
     for spec in ("2:mid", "4:after", "6:before"):
         marker = tmp_path / f"killed-{spec.replace(':', '-')}"
-        p = _start(stream, tables, ck, {"ISRFLOW_TEST_KILL": spec, "ISRFLOW_TEST_KILL_MARKER": str(marker)}, log)
+        p = _start(stream, tables, ck, {"ISRFLOW_TEST_KILL": spec, "ISRFLOW_TEST_KILL_MARKER": str(marker)}, log, sink)
         rc = _reap(p, timeout=240)
         assert rc == -signal.SIGKILL, (spec, rc, (tmp_path / "run.log").read_text()[-3000:])
         assert marker.exists()
     # 4: killed from outside once it has committed more
-    p = _start(stream, tables, ck, {}, log)
+    p = _start(stream, tables, ck, {}, log, sink)
     deadline = time.time() + 240
     base = _committed_rows(tables)
     while time.time() < deadline and _committed_rows(tables) <= base and p.poll() is None:
@@ -76,7 +84,7 @@ def test_kill_and_restart(tmp_path):
     os.kill(p.pid, signal.SIGKILL)
     _reap(p)
     # 5: runs to the end, stopped with SIGTERM
-    p = _start(stream, tables, ck, {}, log)
+    p = _start(stream, tables, ck, {}, log, sink)
     deadline = time.time() + 300
     while time.time() < deadline and _committed_rows(tables) < n_rows and p.poll() is None:
         time.sleep(0.5)
