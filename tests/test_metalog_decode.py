@@ -158,7 +158,10 @@ def test_recordings_decode_without_issues_and_epochs_match_snapshots():
         ml = read_metadata(d)
         assert not ml.issues, [i.text() for i in ml.issues]
         res = convert(ml)
-        assert res.snapshot_checks, d
+        # every snapshot past the bootstrap one (offset 0) is checked; controller-restart's log is
+        # too short after the restart to have one
+        later = [f for f in d.glob("*.checkpoint") if not f.name.startswith("00000000000000000000-")]
+        assert bool(res.snapshot_checks) == bool(later), d
         for end, c in res.snapshot_checks.items():
             assert c["mismatches"] == 0, (d, end, [i.text() for i in res.issues])
 

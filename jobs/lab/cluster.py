@@ -254,7 +254,9 @@ class KafkaCluster:
         cmd = ["java", *JVM_OPTS, f"-Dlab.log={c.home / 'format.log'}",
                f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
                "-cp", self.classpath, "kafka.tools.StorageTool", "format",
-               "-t", self.cluster_id, "-c", str(c.home / "server.properties"), "--standalone"]
+               # "--cluster-id=ID" in one word: a random id may start with "-" (1 in 32), which
+               # argparse4j would take for an option
+               f"--cluster-id={self.cluster_id}", "-c", str(c.home / "server.properties"), "--standalone"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise RuntimeError(f"StorageTool format failed: {r.stdout}\n{r.stderr}")
