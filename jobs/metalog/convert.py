@@ -89,6 +89,14 @@ def _pname(p: Part) -> str:
     return f"{p.topic}-{p.pid}"
 
 
+# PartitionChangeRecord field -> registration attribute, with the field's "no change" encoding
+# (PartitionChangeRecord.json: null lists, leader -2, leaderRecoveryState -1)
+_MERGE_FIELDS = (("isr", "isr", None), ("leader", "leader", -2), ("replicas", "replicas", None),
+                 ("removingReplicas", "removing", None), ("addingReplicas", "adding", None),
+                 ("leaderRecoveryState", "lrs", -1), ("eligibleLeaderReplicas", "elr", None),
+                 ("lastKnownElr", "lkelr", None))
+
+
 class Converter:
     def __init__(self):
         self.topics: dict[str, str] = {}          # topic id -> name
@@ -155,31 +163,15 @@ class Converter:
 
     @staticmethod
     def merge(p: Part, d) -> None:
-        v = d.get("isr")
-        if v is not None:
-            p.isr = v
-        v = d.get("leader", -2)
-        if v != -2:
-            p.leader = v
+        """PartitionRegistration.merge: a field at its "no change" value leaves the registration as it
+        is; a leader change (even to the same leader, or to -1) bumps the leader epoch; every change
+        record bumps the partition epoch."""
+        for field, attr, no_change in _MERGE_FIELDS:
+            v = d.get(field, no_change)
+            if v != no_change:
+                setattr(p, attr, v)
+        if d.get("leader", -2) != -2:
             p.le += 1
-        v = d.get("replicas")
-        if v is not None:
-            p.replicas = v
-        v = d.get("removingReplicas")
-        if v is not None:
-            p.removing = v
-        v = d.get("addingReplicas")
-        if v is not None:
-            p.adding = v
-        v = d.get("leaderRecoveryState", -1)
-        if v != -1:
-            p.lrs = v
-        v = d.get("eligibleLeaderReplicas")
-        if v is not None:
-            p.elr = v
-        v = d.get("lastKnownElr")
-        if v is not None:
-            p.lkelr = v
         p.pe += 1
 
     # ------------------------------------------------------------------ snapshots
