@@ -170,6 +170,22 @@ def test_recorded_fetch_drift_is_reported_and_trusted():
     assert reps[2]["leo"] == 3                          # truncated to 1, then refetched 1..3
 
 
+def test_drift_names_only_the_recorded_columns_that_differ():
+    # the model: LEO 3, last fetched epoch 0, current leader epoch 0. A row recording only the
+    # offset reports only the offset; a row whose recorded columns agree with the model (here the
+    # epoch) is no drift at all; a row recording only the epoch reports only the epoch.
+    s = three()
+    s.produce(1, 3, acks=1)
+    s.fetch(2)
+    off = s.fetch(2, fetch_offset=1)
+    same = s.fetch(2, last_fetched_epoch=0)
+    lfe = s.fetch(2, last_fetched_epoch=7)
+    out = run_events(s.events)
+    assert last(out, "fetch", seq=off, result="DRIFT")["detail"] == "fetch_offset 1 vs model LEO 3"
+    assert not [r for r in out["fetch"] if r["seq"] == same and r["result"] == "DRIFT"]
+    assert last(out, "fetch", seq=lfe, result="DRIFT")["detail"] == "last_fetched_epoch 7 vs model 0"
+
+
 def test_divergence_truncates_to_leader_epoch_end():
     s = three()
     s.produce(1, 2, acks=1)
