@@ -36,6 +36,9 @@ import java.util.concurrent.atomic.*;
 public class LabDriver {
     static final ObjectMapper JSON = new ObjectMapper();
     static Admin admin;
+    // every admin future is awaited this long: a little more than DEFAULT_API_TIMEOUT_MS, so the
+    // admin's own timeout (with its retries on other nodes) decides, not ours
+    static final long WAIT_S = 40;
     static String bootstrap;
     static String acksPath;
     static volatile Thread producerThread;
@@ -50,7 +53,9 @@ public class LabDriver {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
-        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "15000");
+        // A SIGSTOPped broker holds a request until REQUEST_TIMEOUT_MS; the admin then retries on another
+        // node. With both cores busy (CI) that took more than 15 s once, so a call gets 35 s in all.
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "35000");
         p.put(AdminClientConfig.RETRY_BACKOFF_MS_CONFIG, "200");
         admin = Admin.create(p);
         acksOut = new PrintWriter(new BufferedWriter(new OutputStreamWriter(
@@ -104,7 +109,7 @@ public class LabDriver {
                 }
                 NewTopic nt = assign != null ? new NewTopic(topic, assign) : new NewTopic(topic, parts, rf);
                 nt.configs(cfg);
-                admin.createTopics(List.of(nt)).all().get(20, TimeUnit.SECONDS);
+                admin.createTopics(List.of(nt)).all().get(WAIT_S, TimeUnit.SECONDS);
                 r.put("topic", topic);
                 break;
             }
@@ -120,7 +125,7 @@ public class LabDriver {
             case "counts": r.putAll(counts()); break;
             case "describe": {
                 Map<String, TopicDescription> d = admin.describeTopics(Arrays.asList(t[1].split(",")))
-                        .allTopicNames().get(15, TimeUnit.SECONDS);
+                        .allTopicNames().get(WAIT_S, TimeUnit.SECONDS);
                 List<Map<String, Object>> parts = new ArrayList<>();
                 for (String topic : new TreeSet<>(d.keySet())) {
                     for (TopicPartitionInfo pi : d.get(topic).partitions()) {
@@ -141,27 +146,27 @@ public class LabDriver {
             case "brokers": {
                 DescribeClusterResult c = admin.describeCluster();
                 List<Integer> ids = new ArrayList<>();
-                for (Node n : c.nodes().get(10, TimeUnit.SECONDS)) ids.add(n.id());
+                for (Node n : c.nodes().get(WAIT_S, TimeUnit.SECONDS)) ids.add(n.id());
                 Collections.sort(ids);
                 r.put("brokers", ids);
-                r.put("cluster_id", c.clusterId().get(10, TimeUnit.SECONDS));
+                r.put("cluster_id", c.clusterId().get(WAIT_S, TimeUnit.SECONDS));
                 break;
             }
             case "reassign": {
                 TopicPartition tp = new TopicPartition(t[1], Integer.parseInt(t[2]));
                 admin.alterPartitionReassignments(Map.of(tp, Optional.of(new NewPartitionReassignment(ints(t[3])))))
-                        .all().get(15, TimeUnit.SECONDS);
+                        .all().get(WAIT_S, TimeUnit.SECONDS);
                 break;
             }
             case "cancel": {
                 TopicPartition tp = new TopicPartition(t[1], Integer.parseInt(t[2]));
-                admin.alterPartitionReassignments(Map.of(tp, Optional.empty())).all().get(15, TimeUnit.SECONDS);
+                admin.alterPartitionReassignments(Map.of(tp, Optional.empty())).all().get(WAIT_S, TimeUnit.SECONDS);
                 break;
             }
             case "reassignments": {
                 List<Map<String, Object>> l = new ArrayList<>();
                 for (Map.Entry<TopicPartition, PartitionReassignment> e :
-                        admin.listPartitionReassignments().reassignments().get(15, TimeUnit.SECONDS).entrySet()) {
+                        admin.listPartitionReassignments().reassignments().get(WAIT_S, TimeUnit.SECONDS).entrySet()) {
                     Map<String, Object> m = new LinkedHashMap<>();
                     m.put("topic", e.getKey().topic());
                     m.put("partition", e.getKey().partition());
@@ -180,11 +185,11 @@ public class LabDriver {
                 if (tp.length == 2) {
                     for (int p : ints(tp[1])) tps.add(new TopicPartition(tp[0], p));
                 } else {
-                    TopicDescription d = admin.describeTopics(List.of(tp[0])).allTopicNames().get(15, TimeUnit.SECONDS).get(tp[0]);
+                    TopicDescription d = admin.describeTopics(List.of(tp[0])).allTopicNames().get(WAIT_S, TimeUnit.SECONDS).get(tp[0]);
                     for (TopicPartitionInfo pi : d.partitions()) tps.add(new TopicPartition(tp[0], pi.partition()));
                 }
                 Map<TopicPartition, Optional<Throwable>> res =
-                        admin.electLeaders(type, tps).partitions().get(15, TimeUnit.SECONDS);
+                        admin.electLeaders(type, tps).partitions().get(WAIT_S, TimeUnit.SECONDS);
                 List<Map<String, Object>> l = new ArrayList<>();
                 for (Map.Entry<TopicPartition, Optional<Throwable>> e : res.entrySet()) {
                     Map<String, Object> m = new LinkedHashMap<>();
@@ -205,11 +210,11 @@ public class LabDriver {
                     String[] kv = t[i].split("=", 2);
                     ops.add(new AlterConfigOp(new ConfigEntry(kv[0], kv[1]), AlterConfigOp.OpType.SET));
                 }
-                admin.incrementalAlterConfigs(Map.of(new ConfigResource(type, name), ops)).all().get(15, TimeUnit.SECONDS);
+                admin.incrementalAlterConfigs(Map.of(new ConfigResource(type, name), ops)).all().get(WAIT_S, TimeUnit.SECONDS);
                 break;
             }
             case "features": {
-                FeatureMetadata f = admin.describeFeatures().featureMetadata().get(15, TimeUnit.SECONDS);
+                FeatureMetadata f = admin.describeFeatures().featureMetadata().get(WAIT_S, TimeUnit.SECONDS);
                 Map<String, Object> fin = new TreeMap<>(), sup = new TreeMap<>();
                 f.finalizedFeatures().forEach((k, v) -> fin.put(k, v.maxVersionLevel()));
                 f.supportedFeatures().forEach((k, v) -> sup.put(k, List.of(v.minVersion(), v.maxVersion())));
@@ -236,7 +241,7 @@ public class LabDriver {
     static void startProducer(int rate, List<String> topics) throws Exception {
         stopProducer();
         Map<String, Integer> nparts = new HashMap<>();
-        for (TopicDescription d : admin.describeTopics(topics).allTopicNames().get(15, TimeUnit.SECONDS).values())
+        for (TopicDescription d : admin.describeTopics(topics).allTopicNames().get(WAIT_S, TimeUnit.SECONDS).values())
             nparts.put(d.name(), d.partitions().size());
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);

@@ -508,7 +508,7 @@ class Driver:
             raise DriverError("driver exited")
         return json.loads(line)
 
-    def call(self, command: str, timeout: float = 40.0, check: bool = True) -> dict:
+    def call(self, command: str, timeout: float = 60.0, check: bool = True) -> dict:
         self.proc.stdin.write((command + "\n").encode())
         self.proc.stdin.flush()
         r = self._read(timeout)
