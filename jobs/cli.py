@@ -33,16 +33,43 @@ def load_config(args) -> "EngineConfig":
 
 
 def _add_engine_args(p):
-    p.add_argument("stream", help="stream directory (JSON-lines or Parquet files, name order = stream order)")
+    p.add_argument("stream", nargs="?", default=None,
+                   help="stream directory (JSON-lines or Parquet files, name order = stream order); "
+                        "omitted with --source kafka")
     p.add_argument("--tables", required=True, help="directory of the output Delta tables")
     p.add_argument("--config", help="config file (key=value properties or JSON)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override (Kafka names)")
+
+
+def _kafka_spec(args):
+    """--source kafka: the topic to read (jobs/kafka_source.py: one partition, stream order), or None."""
+    if args.source != "kafka":
+        if args.stream is None:
+            _fail("a stream directory is needed (or --source kafka --bootstrap-servers H:P --topic T)", EXIT_USAGE)
+        if args.bootstrap_servers or args.topic:
+            _fail("--bootstrap-servers / --topic need --source kafka", EXIT_USAGE)
+        return None
+    if args.stream is not None:
+        _fail(f"--source kafka reads a topic, not the stream directory {args.stream!r}", EXIT_USAGE)
+    if not args.bootstrap_servers or not args.topic:
+        _fail("--source kafka needs --bootstrap-servers HOST:PORT and --topic NAME", EXIT_USAGE)
+    if args.engine != "spark":
+        _fail("--source kafka needs --engine spark (Spark's Kafka source keeps the offsets in its checkpoint)",
+              EXIT_USAGE)
+    from jobs.jars import spark_extra_jars
+    if not any("spark-sql-kafka" in j for j in spark_extra_jars()):
+        _fail("--source kafka needs spark-sql-kafka-0-10 in the JAR cache: run ./dev setup")
+    from jobs.kafka_source import KafkaSpec
+    return KafkaSpec(args.bootstrap_servers, args.topic, args.max_offsets_per_trigger)
 
 
 def cmd_replay(args) -> int:
     from jobs.delta_sink import SinkError
     from jobs.streamio import StreamError, list_stream_files
     config = load_config(args)
+    kafka = _kafka_spec(args)
+    if kafka is not None:
+        return _replay_kafka(args, config, kafka)
     try:
         files = list_stream_files(args.stream)
     except StreamError as e:
@@ -198,9 +225,23 @@ def main(argv=None) -> int:
                        help="spark engine: number of state buckets (frozen in the checkpoint; default 16)")
         p.add_argument("--sink", choices=["delta-spark", "delta-rs"], default=None,
                        help="spark engine: Delta writer (default: delta-spark when its JARs are there, else delta-rs)")
+        p.add_argument("--source", choices=["files", "kafka"], default="files",
+                       help="files: the stream directory (default); kafka: partition 0 of --topic, in offset order")
+        p.add_argument("--bootstrap-servers", default=None, help="--source kafka: HOST:PORT[,HOST:PORT]")
+        p.add_argument("--topic", default=None, help="--source kafka: the topic holding the event rows (JSON values)")
+        p.add_argument("--max-offsets-per-trigger", type=int, default=None,
+                       help="--source kafka: at most this many records per micro-batch")
         if name == "run":
             p.add_argument("--trigger-seconds", type=float, default=5.0, help="processing-time trigger interval")
         p.set_defaults(fn=cmd_replay if name == "replay" else cmd_run)
+
+    p = sub.add_parser("publish", help="write a stream directory to a Kafka topic (for run --source kafka)")
+    p.add_argument("stream", help="stream directory")
+    p.add_argument("--bootstrap-servers", required=True, help="HOST:PORT[,HOST:PORT]")
+    p.add_argument("--topic", required=True, help="created with one partition when missing")
+    p.add_argument("--replication-factor", type=int, default=1, help="for a topic this creates")
+    p.add_argument("--master", default=None, help="Spark master (default local[2])")
+    p.set_defaults(fn=cmd_publish)
 
     p = sub.add_parser("sql", help="SQL over the output tables")
     p.add_argument("--tables", required=True)
@@ -266,6 +307,44 @@ def main(argv=None) -> int:
     return args.fn(args)
 
 
+def _replay_kafka(args, config, kafka) -> int:
+    """replay --source kafka: every record in the topic now (trigger availableNow), then stop."""
+    from jobs.delta_sink import SinkError
+    from jobs.spark_engine import replay_spark
+    if args.overwrite and Path(args.tables).exists():
+        import shutil
+        shutil.rmtree(args.tables)
+    try:
+        summary = replay_spark(kafka, args.tables, config, checkpoint=args.checkpoint,
+                               shuffle_partitions=args.shuffle_partitions, master=args.master,
+                               n_buckets=args.buckets, sink=args.sink, overwrite=args.overwrite,
+                               progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.progress else None)
+    except SinkError as e:
+        _fail(str(e))
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_publish(args) -> int:
+    """A stream directory -> partition 0 of a Kafka topic, row for row in stream order."""
+    from jobs.kafka_source import KafkaSpec, publish
+    from jobs.spark_session import get_spark
+    from jobs.streamio import StreamError, list_stream_files
+    try:
+        if not list_stream_files(args.stream):
+            _fail(f"stream {args.stream} has no .jsonl/.json/.ndjson/.parquet files")
+    except StreamError as e:
+        _fail(str(e))
+    spark = get_spark(args.master)
+    try:
+        summary = publish(spark, args.stream, KafkaSpec(args.bootstrap_servers, args.topic),
+                          replication_factor=args.replication_factor)
+    except ValueError as e:
+        _fail(str(e))
+    print(json.dumps(summary))
+    return 0
+
+
 def cmd_run(args) -> int:
     from jobs.spark_engine import run_spark
     config = load_config(args)
@@ -273,9 +352,10 @@ def cmd_run(args) -> int:
         _fail("run needs --checkpoint DIR", EXIT_USAGE)
     if args.engine == "local":
         _fail("run needs --engine spark (the continuous job is a Spark streaming query)", EXIT_USAGE)
+    kafka = _kafka_spec(args)
     from jobs.delta_sink import SinkError
     try:
-        summary = run_spark(args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master,
+        summary = run_spark(kafka or args.stream, args.tables, config, checkpoint=args.checkpoint, master=args.master,
                             trigger_seconds=args.trigger_seconds, max_files_per_trigger=args.max_files_per_trigger,
                             shuffle_partitions=args.shuffle_partitions, n_buckets=args.buckets, sink=args.sink,
                             overwrite=args.overwrite)

@@ -57,7 +57,9 @@ def write_run_info(tables_dir, stream, config, engine: str, app_id: str, **extra
     root = Path(tables_dir)
     root.mkdir(parents=True, exist_ok=True)
     prev = read_run_info(root) or {}
-    info = {"stream": str(Path(stream).resolve()) if stream else None, "engine": engine, "app_id": app_id,
+    # a stream directory by its absolute path; a source URI (kafka://HOST:PORT/TOPIC) as it is
+    name = None if not stream else (str(stream) if "://" in str(stream) else str(Path(stream).resolve()))
+    info = {"stream": name, "engine": engine, "app_id": app_id,
             "config": dict(sorted(config.raw.items()))}
     info.update({k: v for k, v in extra.items() if v is not None})
     if prev.get("app_id") == app_id and "totals" in prev:

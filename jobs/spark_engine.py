@@ -124,7 +124,12 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
                 apply(dict(zip(cols, item[1])))
                 rows = cl.out.tables.get("rejected")
                 if rows is not None and len(rows) > before and rows[-1]["raw"] is None:
-                    need_raw.append((rows[-1], item[2]))   # a rejection emitted here: attach the raw row
+                    # a rejection emitted here: attach the raw row (carried along by the Kafka
+                    # source, re-read by position from the stream files otherwise)
+                    if type(item[2]) is str:
+                        rows[-1]["raw"] = item[2]
+                    else:
+                        need_raw.append((rows[-1], item[2]))
     if need_raw:
         if stream is None:
             raise ValueError("process_bucket needs the stream path to attach rejected rows' raw JSON")
@@ -189,12 +194,21 @@ def fingerprint(config: EngineConfig, checkpoint: str) -> str:
     return f"isrflow-spark-{h.hexdigest()[:12]}"
 
 
+def stream_id(stream) -> str:
+    """A stream's name in the run record: a directory's absolute path, or a source URI (kafka://HOST:PORT/TOPIC)."""
+    uri = getattr(stream, "uri", None)
+    if uri:
+        return uri
+    s = str(stream)
+    return s if "://" in s else str(Path(s).resolve())
+
+
 def _default_checkpoint(stream: str, tables_dir: str, config: EngineConfig) -> str:
     from .streamio import list_stream_files
     h = hashlib.sha1()
-    h.update(str(Path(stream).resolve()).encode())
+    h.update(stream_id(stream).encode())
     h.update(json.dumps(sorted(config.raw.items())).encode())
-    for f in list_stream_files(stream):
+    for f in ([] if "://" in stream_id(stream) else list_stream_files(stream)):
         h.update(f.name.encode())
     return str(Path(tables_dir) / "_spark_checkpoint" / h.hexdigest()[:12])
 
@@ -221,7 +235,7 @@ def _meta_keys(checkpoint: str, n_buckets: int | None, stream: str, shuffle_part
     else:
         from conf import spark_defaults
         ks = int(shuffle_partitions or spark_defaults().get("spark.sql.shuffle.partitions", "2"))
-    p.write_text(json.dumps({"n_buckets": n, "stream": str(Path(stream).resolve()), "key_shuffle": ks}))
+    p.write_text(json.dumps({"n_buckets": n, "stream": stream_id(stream), "key_shuffle": ks}))
     return n, ks
 
 
@@ -484,28 +498,42 @@ def _set_shuffle(spark, shuffle_partitions) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(int(n)))
 
 
-def build_query(spark, stream: str, tables_dir: str, config: EngineConfig, checkpoint: str, n_buckets: int,
-                writer: BatchWriter, *, max_files_per_trigger=None, trigger=None, key_shuffle: int = 0):
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
+def _source_frame(spark, stream, checkpoint: str, n_buckets: int, max_files_per_trigger, key_shuffle: int):
+    """The event rows (jobs.spark_source.SCHEMA) from a stream directory, or from a Kafka topic
+    when `stream` is a jobs.kafka_source.KafkaSpec."""
+    carry_dir = str(Path(checkpoint).resolve() / "isrflow_carry")
+    from .kafka_source import KafkaSpec, kafka_frame
+    if isinstance(stream, KafkaSpec):
+        from .buckets import group_keys
+        return kafka_frame(spark, stream, carry_dir, n_buckets, group_keys(n_buckets, int(key_shuffle)))
     try:
         spark.dataSource.register(IsrflowSource)
     except Exception:
         pass
     reader = (spark.readStream.format(FORMAT)
               .option("path", str(Path(stream).resolve()))
-              .option("carry_dir", str(Path(checkpoint).resolve() / "isrflow_carry"))
+              .option("carry_dir", carry_dir)
               .option("n_buckets", str(n_buckets))
               .option("key_shuffle", str(int(key_shuffle))))
     if max_files_per_trigger:
         reader = reader.option("max_files_per_trigger", str(int(max_files_per_trigger)))
-    src = reader.load()
+    return reader.load()
+
+
+def build_query(spark, stream, tables_dir: str, config: EngineConfig, checkpoint: str, n_buckets: int,
+                writer: BatchWriter, *, max_files_per_trigger=None, trigger=None, key_shuffle: int = 0):
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+    from .kafka_source import KafkaSpec
+
+    src = _source_frame(spark, stream, checkpoint, n_buckets, max_files_per_trigger, key_shuffle)
+    # the file source's rows are re-read by position for the core's rejections; Kafka's carry their raw text
+    raw_from = None if isinstance(stream, KafkaSpec) else str(Path(stream).resolve())
     df = (src.withColumn("et", F.timestamp_millis("et_ms"))
           .withWatermark("et", "1 millisecond")
           .select("bucket", "pos", "n_in", "min_seq", "max_seq", "payload", "et"))
     out = df.groupBy("bucket").applyInPandasWithState(
-        make_bucket_fn(dict(config.raw), n_buckets, str(Path(stream).resolve())), OUT_SCHEMA, STATE_SCHEMA, "Update",
+        make_bucket_fn(dict(config.raw), n_buckets, raw_from), OUT_SCHEMA, STATE_SCHEMA, "Update",
         GroupStateTimeout.EventTimeTimeout)
     w = (out.writeStream.foreachBatch(writer).outputMode("update")
          .option("checkpointLocation", str(Path(checkpoint).resolve() / "spark")))
@@ -530,7 +558,7 @@ def _start_run(spark, stream, tables_dir, config, checkpoint, n_buckets, sink, p
     app_id = fingerprint(config, checkpoint)
     sink = choose_sink(spark, sink)
     writer = BatchWriter(_make_sink(spark, tables_dir, app_id, sink), progress)
-    write_run_info(tables_dir, stream, config, "spark", app_id, checkpoint=str(Path(checkpoint).resolve()),
+    write_run_info(tables_dir, stream_id(stream), config, "spark", app_id, checkpoint=str(Path(checkpoint).resolve()),
                    buckets=n_buckets, sink=sink, master=spark.sparkContext.master)
     return writer, sink
 

@@ -72,6 +72,19 @@ def scan(files: list[tuple[int, str]], carry: tuple[int, int], n_buckets: int, c
     """Read files [(index, path)] in order from `carry` = (last applied seq, stream time).
     Yields output tuples (see SCHEMA) when route, and finally returns the new carry via
     StopIteration.value (use `run_scan`)."""
+    def rows():
+        for fi, path in files:
+            for rowno, (raw, text, err) in enumerate(iter_file_rows(Path(path))):
+                yield (fi << 32) | rowno, raw, text, err
+    return (yield from scan_rows(rows(), carry, n_buckets, chunk_rows, route))
+
+
+def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CHUNK_ROWS, route: bool = True,
+              keep_raw: bool = False):
+    """The scan over rows [(stream position, raw row, raw text, parse error)] in stream order (files or a Kafka
+    topic partition, see jobs/kafka_source.py): validation, the global order check from `carry`, routing to
+    buckets, chunking. keep_raw: an applied row carries its raw JSON instead of its position (a source that
+    cannot re-read a row by position, like Kafka, gives the core's rejections their raw text this way)."""
     last_seq, max_ts = carry
     buckets: dict[int, list] = {}
     n_in = 0
@@ -100,48 +113,46 @@ def scan(files: list[tuple[int, str]], carry: tuple[int, int], n_buckets: int, c
         min_seq = max_seq = None
         chunk_pos = None
 
-    for fi, path in files:
-        p = Path(path)
-        for rowno, (raw, text, err) in enumerate(iter_file_rows(p)):
-            if chunk_pos is None:
-                chunk_pos = (fi << 32) | rowno
-            n_in += 1
-            if err is not None:
+    for pos, raw, text, err in rows:
+        if chunk_pos is None:
+            chunk_pos = pos
+        n_in += 1
+        if err is not None:
+            if route:
+                buckets.setdefault(0, []).append((REJECTED, _rej({}, row_to_json(raw, text), err)))
+        else:
+            ev, reason = validate(raw)
+            if ev is None:
                 if route:
-                    buckets.setdefault(0, []).append((REJECTED, _rej({}, row_to_json(raw, text), err)))
+                    lo = loose(raw)
+                    b = bucket_of(lo["topic"], lo["partition"], n_buckets) \
+                        if "topic" in lo and "partition" in lo else 0
+                    buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), reason)))
             else:
-                ev, reason = validate(raw)
-                if ev is None:
+                seq, ts, typ = ev["seq"], ev["ts_ms"], ev["type"]
+                if min_seq is None or seq < min_seq:
+                    min_seq = seq
+                if max_seq is None or seq > max_seq:
+                    max_seq = seq
+                scoped = typ in PARTITION_TYPES or (typ in TOPIC_TYPES and ev.get("partition") is not None)
+                if seq <= last_seq or ts < max_ts:
+                    why = order_reject_reason(typ, seq, ts, last_seq, max_ts)
                     if route:
-                        lo = loose(raw)
-                        b = bucket_of(lo["topic"], lo["partition"], n_buckets) \
-                            if "topic" in lo and "partition" in lo else 0
-                        buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), reason)))
+                        b = bucket_of(ev["topic"], ev["partition"], n_buckets) if scoped else 0
+                        buckets.setdefault(b, []).append((REJECTED, _rej(ev, row_to_json(raw, text), why)))
                 else:
-                    seq, ts, typ = ev["seq"], ev["ts_ms"], ev["type"]
-                    if min_seq is None or seq < min_seq:
-                        min_seq = seq
-                    if max_seq is None or seq > max_seq:
-                        max_seq = seq
-                    scoped = typ in PARTITION_TYPES or (typ in TOPIC_TYPES and ev.get("partition") is not None)
-                    if seq <= last_seq or ts < max_ts:
-                        why = order_reject_reason(typ, seq, ts, last_seq, max_ts)
-                        if route:
-                            b = bucket_of(ev["topic"], ev["partition"], n_buckets) if scoped else 0
-                            buckets.setdefault(b, []).append((REJECTED, _rej(ev, row_to_json(raw, text), why)))
-                    else:
-                        last_seq, max_ts = seq, ts
-                        if route:
-                            # the event as a tuple of EVENT_COLUMNS values (compact to pickle) and
-                            # its stream position (the raw row is re-read only if the core rejects it)
-                            item = (APPLY, as_tuple(ev), (fi << 32) | rowno)
-                            if scoped:
-                                buckets.setdefault(bucket(ev["topic"], ev["partition"]), []).append(item)
-                            else:
-                                for b in all_b:
-                                    buckets.setdefault(b, []).append(item)
-            if n_in >= chunk_rows:
-                yield from flush()
+                    last_seq, max_ts = seq, ts
+                    if route:
+                        # the event as a tuple of EVENT_COLUMNS values (compact to pickle) and
+                        # its stream position (the raw row is re-read only if the core rejects it)
+                        item = (APPLY, as_tuple(ev), row_to_json(raw, text) if keep_raw else pos)
+                        if scoped:
+                            buckets.setdefault(bucket(ev["topic"], ev["partition"]), []).append(item)
+                        else:
+                            for b in all_b:
+                                buckets.setdefault(b, []).append(item)
+        if n_in >= chunk_rows:
+            yield from flush()
     if n_in:
         yield from flush()
     return (last_seq, max_ts)
