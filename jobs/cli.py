@@ -207,10 +207,8 @@ def cmd_audit(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="isrflow", description=__doc__)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-
+def _engine_parsers(sub) -> None:
+    """replay and run: the engines over a stream directory or a Kafka topic."""
     for name in ("replay", "run"):
         p = sub.add_parser(name, help="replay a stream" if name == "replay" else "continuous streaming job")
         _add_engine_args(p)
@@ -235,6 +233,9 @@ def main(argv=None) -> int:
             p.add_argument("--trigger-seconds", type=float, default=5.0, help="processing-time trigger interval")
         p.set_defaults(fn=cmd_replay if name == "replay" else cmd_run)
 
+
+def _stream_parsers(sub) -> None:
+    """Commands that make or move streams: publish, simulate, lab, import."""
     p = sub.add_parser("publish", help="write a stream directory to a Kafka topic (for run --source kafka)")
     p.add_argument("stream", help="stream directory")
     p.add_argument("--bootstrap-servers", required=True, help="HOST:PORT[,HOST:PORT]")
@@ -243,6 +244,26 @@ def main(argv=None) -> int:
     p.add_argument("--master", default=None, help="Spark master (default local[2])")
     p.set_defaults(fn=cmd_publish)
 
+    p = sub.add_parser("simulate", help="generate a simulated event stream")
+    from jobs.simulate import add_arguments as sim_args
+    sim_args(p)
+    p.set_defaults(fn=cmd_simulate)
+
+    from jobs.lab import add_parser as lab_parser
+    lab_parser(sub)
+
+    p = sub.add_parser("import", help="a KRaft metadata log (__cluster_metadata-0 dir, segment, snapshot or "
+                                      "kafka-dump-log text) as an isrflow stream")
+    p.add_argument("metadata", help="__cluster_metadata-0 directory, a .log segment, a .checkpoint snapshot, or "
+                                    "the text of kafka-dump-log --cluster-metadata-decoder")
+    p.add_argument("--out", required=True, help="stream directory to write")
+    p.add_argument("--tables", default=None, help="write kafka_records here (default: OUT/_tables)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    p.set_defaults(fn=cmd_import)
+
+
+def _analysis_parsers(sub) -> None:
+    """Commands over the output tables: sql, compare, report, audit, bench."""
     p = sub.add_parser("sql", help="SQL over the output tables")
     p.add_argument("--tables", required=True)
     p.add_argument("--format", choices=["table", "json"], default="table")
@@ -252,11 +273,6 @@ def main(argv=None) -> int:
     p.add_argument("--master", default=None, help="spark engine: Spark master (default local[2])")
     p.add_argument("query")
     p.set_defaults(fn=cmd_sql)
-
-    p = sub.add_parser("simulate", help="generate a simulated event stream")
-    from jobs.simulate import add_arguments as sim_args
-    sim_args(p)
-    p.set_defaults(fn=cmd_simulate)
 
     p = sub.add_parser("compare", help="what-if: two replays of one schedule side by side")
     p.add_argument("tables_a")
@@ -282,18 +298,6 @@ def main(argv=None) -> int:
     p.add_argument("--work", default=None, help="keep streams and tables here")
     p.set_defaults(fn=cmd_bench)
 
-    from jobs.lab import add_parser as lab_parser
-    lab_parser(sub)
-
-    p = sub.add_parser("import", help="a KRaft metadata log (__cluster_metadata-0 dir, segment, snapshot or "
-                                      "kafka-dump-log text) as an isrflow stream")
-    p.add_argument("metadata", help="__cluster_metadata-0 directory, a .log segment, a .checkpoint snapshot, or "
-                                    "the text of kafka-dump-log --cluster-metadata-decoder")
-    p.add_argument("--out", required=True, help="stream directory to write")
-    p.add_argument("--tables", default=None, help="write kafka_records here (default: OUT/_tables)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.set_defaults(fn=cmd_import)
-
     p = sub.add_parser("audit", help="replay a real metadata log and compare each controller decision")
     p.add_argument("metadata", help="as for import")
     p.add_argument("--tables", required=True, help="output tables (replaced): the replay, kafka_records, audit, "
@@ -303,6 +307,13 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="engine config override")
     p.set_defaults(fn=cmd_audit)
 
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="isrflow", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    _engine_parsers(sub)
+    _stream_parsers(sub)
+    _analysis_parsers(sub)
     args = ap.parse_args(argv)
     return args.fn(args)
 

@@ -558,19 +558,7 @@ def _plural(n: int, one: str, many: Optional[str] = None) -> str:
     return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
-def verdict(result: dict) -> str:
-    """One paragraph in plain words comparing A and B."""
-    sa, sb = result["a"], result["b"]
-    parts = []
-    if result.get("config_diff"):
-        ds = ", ".join(f"{k}={a if a is not None else 'unset'} in A vs {b if b is not None else 'unset'} in B"
-                       for k, (a, b) in result["config_diff"].items())
-        parts.append(f"The runs differ in {ds}.")
-    if result.get("same_stream") is False:
-        parts.append("Warning: the two runs replayed different streams, so the comparison is not a what-if.")
-
-    la, lb = sa["acked_lost"], sb["acked_lost"]
-
+def _lost_sentence(sa: dict, sb: dict) -> str:
     def lost_txt(n, s):
         lost = s["acked_lost"]
         if not lost["records"]:
@@ -578,13 +566,15 @@ def verdict(result: dict) -> str:
         return (f"{n} lost {lost['records']:,} acknowledged acks=all "
                 f"{'record' if lost['records'] == 1 else 'records'} in {_plural(lost['partitions'], 'partition')}")
 
-    if la["records"] or lb["records"]:
-        first, second = ("B", "A") if lb["records"] >= la["records"] else ("A", "B")
-        s1, s2 = (sb, sa) if first == "B" else (sa, sb)
-        parts.append(f"{lost_txt(first, s1)}; {lost_txt(second, s2)}.")
-    else:
-        parts.append("Neither run lost acknowledged acks=all records.")
+    la, lb = sa["acked_lost"], sb["acked_lost"]
+    if not (la["records"] or lb["records"]):
+        return "Neither run lost acknowledged acks=all records."
+    first, second = ("B", "A") if lb["records"] >= la["records"] else ("A", "B")
+    s1, s2 = (sb, sa) if first == "B" else (sa, sb)
+    return f"{lost_txt(first, s1)}; {lost_txt(second, s2)}."
 
+
+def _violations_sentence(sa: dict, sb: dict) -> str:
     def vio_txt(n, s):
         v = s["violations"]
         if not v["total"]:
@@ -595,17 +585,15 @@ def verdict(result: dict) -> str:
                 f"{f', and {more} more' if more > 0 else ''})")
 
     va, vb = sa["violations"]["total"], sb["violations"]["total"]
-    if va or vb:
-        first = "B" if vb >= va else "A"
-        s1, s2 = (sb, sa) if first == "B" else (sa, sb)
-        parts.append(f"{vio_txt(first, s1)}; {vio_txt('B' if first == 'A' else 'A', s2)}.")
-    else:
-        parts.append("Neither run broke a safety invariant.")
+    if not (va or vb):
+        return "Neither run broke a safety invariant."
+    first = "B" if vb >= va else "A"
+    s1, s2 = (sb, sa) if first == "B" else (sa, sb)
+    return f"{vio_txt(first, s1)}; {vio_txt('B' if first == 'A' else 'A', s2)}."
 
-    ha, hb = sa["hwm_regressions"]["total"], sb["hwm_regressions"]["total"]
-    if ha or hb:
-        parts.append(f"The high watermark went backwards {_plural(ha, 'time')} in A and {_plural(hb, 'time')} in B.")
 
+def _availability_sentences(sa: dict, sb: dict) -> list[str]:
+    parts = []
     ua, ub = sa["leaderless"], sb["leaderless"]
     if ua["total_ms"] or ub["total_ms"]:
         def ul(n, u):
@@ -617,35 +605,56 @@ def verdict(result: dict) -> str:
         parts.append(f"Availability: {ul('A', ua)}; {ul('B', ub)}.")
     else:
         parts.append("Every partition had a leader throughout in both runs.")
-
     ma, mb = sa["under_min_isr"], sb["under_min_isr"]
     if ma["total_ms"] or mb["total_ms"]:
         parts.append(f"Time under min ISR: {fmt_ms(ma['total_ms'])} in A "
                      f"({_plural(ma['partitions'], 'partition')}), {fmt_ms(mb['total_ms'])} in B "
                      f"({_plural(mb['partitions'], 'partition')}).")
-
-    pa_, pb_ = sa["produce"]["by_result"], sb["produce"]["by_result"]
-    fa = sum(v for k, v in pa_.items() if k != "ACKED")
-    fb = sum(v for k, v in pb_.items() if k != "ACKED")
+    fa = sum(v for k, v in sa["produce"]["by_result"].items() if k != "ACKED")
+    fb = sum(v for k, v in sb["produce"]["by_result"].items() if k != "ACKED")
     if fa or fb:
         parts.append(f"Failed produce requests: {fa:,} in A, {fb:,} in B.")
+    return parts
 
-    # bottom line
-    score_a = (la["records"], va, ha)
-    score_b = (lb["records"], vb, hb)
+
+def _bottom_line(sa: dict, sb: dict) -> str | None:
+    """Safety first (acknowledged records lost, invariant violations, HWM regressions), then availability."""
+    score_a = (sa["acked_lost"]["records"], sa["violations"]["total"], sa["hwm_regressions"]["total"])
+    score_b = (sb["acked_lost"]["records"], sb["violations"]["total"], sb["hwm_regressions"]["total"])
+    ua, ub = sa["leaderless"]["total_ms"], sb["leaderless"]["total_ms"]
     if score_a == score_b == (0, 0, 0):
-        if ua["total_ms"] != ub["total_ms"]:
-            better = "A" if ua["total_ms"] < ub["total_ms"] else "B"
-            parts.append(f"Both are safe on this schedule; {better} is more available.")
-        else:
-            parts.append("Both are safe on this schedule.")
-    elif score_a != score_b:
-        safer = "A" if score_a < score_b else "B"
-        other = "B" if safer == "A" else "A"
-        avail = ""
-        if (ua["total_ms"] if safer == "A" else ub["total_ms"]) > (ub["total_ms"] if safer == "A" else ua["total_ms"]):
-            avail = f", at the cost of more time without a leader than {other}"
-        parts.append(f"{safer} is the safer configuration on this schedule{avail}.")
+        if ua != ub:
+            return f"Both are safe on this schedule; {'A' if ua < ub else 'B'} is more available."
+        return "Both are safe on this schedule."
+    if score_a == score_b:
+        return None
+    safer = "A" if score_a < score_b else "B"
+    other = "B" if safer == "A" else "A"
+    avail = ""
+    if (ua if safer == "A" else ub) > (ub if safer == "A" else ua):
+        avail = f", at the cost of more time without a leader than {other}"
+    return f"{safer} is the safer configuration on this schedule{avail}."
+
+
+def verdict(result: dict) -> str:
+    """One paragraph in plain words comparing A and B."""
+    sa, sb = result["a"], result["b"]
+    parts = []
+    if result.get("config_diff"):
+        ds = ", ".join(f"{k}={a if a is not None else 'unset'} in A vs {b if b is not None else 'unset'} in B"
+                       for k, (a, b) in result["config_diff"].items())
+        parts.append(f"The runs differ in {ds}.")
+    if result.get("same_stream") is False:
+        parts.append("Warning: the two runs replayed different streams, so the comparison is not a what-if.")
+    parts.append(_lost_sentence(sa, sb))
+    parts.append(_violations_sentence(sa, sb))
+    ha, hb = sa["hwm_regressions"]["total"], sb["hwm_regressions"]["total"]
+    if ha or hb:
+        parts.append(f"The high watermark went backwards {_plural(ha, 'time')} in A and {_plural(hb, 'time')} in B.")
+    parts += _availability_sentences(sa, sb)
+    last = _bottom_line(sa, sb)
+    if last:
+        parts.append(last)
     return " ".join(parts)
 
 

@@ -286,7 +286,20 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
            'patternTransform="rotate(45)"><rect width="6" height="6" fill="#f3f3f3"/>'
            '<line x1="0" y1="0" x2="0" y2="6" stroke="#b0b0b0" stroke-width="2"/></pattern></defs>']
 
-    # --- time grid (all panels) --------------------------------------------
+    _time_grid(out, x, t0, t1)
+    y = _offsets_axis(out, pd, xe, vmax)
+    segs = pd.tl["segments"]
+    _offset_lines(out, pd, segs, x, y, t1)
+    _fetch_marks(out, pd, x, y)
+    _final_leos(out, pd, y, xe)
+    _violation_marks(out, pd, x)
+    _isr_panel(out, pd, segs, x, xe)
+    _leader_band(out, segs, x, xe, uid)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _time_grid(out: list, x, t0: int, t1: int) -> None:
     span = t1 - t0
     ticks, step = time_ticks(span)
     for tk in ticks:
@@ -298,7 +311,9 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
     out.append(f'<text x="{(ML + W - MR) / 2:.1f}" y="{AXIS_Y + 36}" class="axis" text-anchor="middle">'
                f'event time since ts_ms={t0:,} ({esc(unit)})</text>')
 
-    # --- offsets panel ------------------------------------------------------
+
+def _offsets_axis(out: list, pd: PartData, xe: float, vmax):
+    """The offsets panel's frame and axis; returns its y scale."""
     vmax = max(offset_max(pd), vmax or 0)
     yt = nice_ticks(0, vmax, 5)
     if yt[-1] < vmax:
@@ -311,8 +326,10 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
         out.append(f'<text x="{ML - 6}" y="{yy + 4:.1f}" class="tick" text-anchor="end">{esc(fmt_num(v))}</text>')
     out.append(f'<text transform="translate(16,{OFF_TOP + OFF_H / 2}) rotate(-90)" class="axis" '
                f'text-anchor="middle">offset (records)</text>')
+    return y
 
-    segs = pd.tl["segments"]
+
+def _offset_lines(out: list, pd: PartData, segs, x, y, t1: int) -> None:
     # leader LEO after appends, per leadership term
     terms: dict[tuple, list] = defaultdict(list)
     for r in pd.produce:
@@ -333,6 +350,9 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
         px = thin_points([(x(t), y(v)) for t, v in pts])
         out.append(f'<path d="{step_path(px, x(max(end, pts[-1][0])))}" class="hwm" stroke="{broker_color(b)}">'
                    f'<title>{esc(f"HWM of leader {b} (epoch {ep}): last {pts[-1][1]:,}")}</title></path>')
+
+
+def _fetch_marks(out: list, pd: PartData, x, y) -> None:
     # follower LEO samples + truncations
     for r in pd.fetch:
         xx = x(r["ts_ms"])
@@ -350,6 +370,9 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
             out.append(f'<circle cx="{xx:.1f}" cy="{y(r["replica_leo"]):.1f}" r="2.6" class="sample" stroke="{c}">'
                        f'<title>{esc(leo_tip)}'
                        f'</title></circle>')
+
+
+def _final_leos(out: list, pd: PartData, y, xe: float) -> None:
     # final LEO per replica
     labels = []
     fin = (pd.final or {}).get("replica_states") or []
@@ -368,6 +391,8 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
         out.append(f'<text x="{xe + 12:.1f}" y="{ly:.1f}" class="endlbl" fill="{c}">'
                    f'{esc(end_lbl)}</text>')
 
+
+def _violation_marks(out: list, pd: PartData, x) -> None:
     # violations
     for v in pd.violations:
         xx = x(v["ts_ms"])
@@ -376,7 +401,8 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
         out.append(f'<circle cx="{xx:.1f}" cy="{OFF_TOP + 6}" r="4.5" fill="{RED}"><title>'
                    f'{esc(vtip)}</title></circle>')
 
-    # --- ISR / ELR panel ------------------------------------------------------
+
+def _isr_panel(out: list, pd: PartData, segs, x, xe: float) -> None:
     nrep = max([len(s["replicas"]) for s in segs] + [len(s["isr"]) for s in segs] + [1])
     yi = Scale(0, nrep, ISR_TOP + ISR_H, ISR_TOP + 6)
     out.append(f'<rect x="{ML}" y="{ISR_TOP}" width="{xe - ML:.1f}" height="{ISR_H}" class="panel"/>')
@@ -403,7 +429,8 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
             out.append(f'<text x="{xe + 6:.1f}" y="{yi(len(last["elr"])) + 16:.1f}" class="endlbl" fill="#2ca02c">'
                        f'ELR {esc(last["elr"])}</text>')
 
-    # --- leadership band --------------------------------------------------------
+
+def _leader_band(out: list, segs, x, xe: float, uid: str) -> None:
     out.append(f'<text transform="translate(16,{LEAD_TOP + LEAD_H / 2}) rotate(-90)" class="axis" '
                f'text-anchor="middle" style="font-size:10px">leader</text>')
     merged: list[list] = []
@@ -430,8 +457,6 @@ def partition_chart(run: Run, pd: PartData, t0: int, t1: int, side: str = "", vm
             out.append(f'<text x="{xa + w / 2:.1f}" y="{LEAD_TOP + LEAD_H / 2 + 4}" class="{cls}" '
                        f'text-anchor="middle">{esc(lbl)}</text>')
     out.append(f'<rect x="{ML}" y="{LEAD_TOP}" width="{xe - ML:.1f}" height="{LEAD_H}" class="frame"/>')
-    out.append("</svg>")
-    return "".join(out)
 
 
 def partition_legend(brokers: Iterable[int]) -> str:
@@ -724,6 +749,41 @@ def _brokers_of(run: Run, key: tuple) -> set:
     return out
 
 
+def _subtitle(run, s: dict, cfg: dict) -> list[str]:
+    sub = [f"tables <code>{esc(run.dir)}</code>"]
+    if s.get("stream"):
+        sub.append(f"stream <code>{esc(s['stream'])}</code>")
+    if s.get("engine"):
+        sub.append(f"engine {esc(s['engine'])}")
+    if cfg:
+        keys_of_interest = ("eligible.leader.replicas.enable", "min.insync.replicas",
+                            "unclean.leader.election.enable", "unclean.recovery.manager.enabled",
+                            "unclean.recovery.strategy")
+        sub.append("config " + ", ".join(f"{esc(k)}={esc(cfg[k])}" for k in keys_of_interest if k in cfg)
+                   + " (engine-wide; topic overrides from the stream apply)")
+    return sub
+
+
+def _partition_block(run, run_b, key, t0: int, t1: int) -> str:
+    """One partition's charts (A, and B beside it in a what-if) on a shared offset axis."""
+    brokers = _brokers_of(run, key) | (_brokers_of(run_b, key) if run_b else set())
+    pd_a = PartData(run, key)
+    pd_b = PartData(run_b, key) if run_b is not None else None
+    vmax = max(offset_max(pd_a), offset_max(pd_b) if pd_b else 0)
+    block = [f'<div class="part" id="p-{esc(key[0])}-{esc(key[1])}"><h3>Partition {esc(key[0])}-{esc(key[1])}</h3>']
+    if run_b is not None:
+        block.append(f"<h4>A &mdash; {esc(run.dir)}</h4>")
+    block.append(_badges(pd_a, run))
+    block.append(partition_chart(run, pd_a, t0, t1, "a", vmax))
+    if run_b is not None:
+        block.append(f"<h4>B &mdash; {esc(run_b.dir)}</h4>")
+        block.append(_badges(pd_b, run_b))
+        block.append(partition_chart(run_b, pd_b, t0, t1, "b", vmax))
+    block.append(partition_legend(brokers))
+    block.append("</div>")
+    return "".join(block)
+
+
 def build_report(tables_dir, out_html, *, compare_dir=None, partitions=None, max_partitions: int = 6,
                  min_isr: Optional[int] = None) -> Path:
     """Write the HTML report of the replay in `tables_dir` to `out_html`; returns its path.
@@ -746,17 +806,7 @@ def build_report(tables_dir, out_html, *, compare_dir=None, partitions=None, max
     t1 = max(run.end_ts, run_b.end_ts) if run_b else run.end_ts
 
     cfg = s.get("config") or {}
-    sub = [f"tables <code>{esc(run.dir)}</code>"]
-    if s.get("stream"):
-        sub.append(f"stream <code>{esc(s['stream'])}</code>")
-    if s.get("engine"):
-        sub.append(f"engine {esc(s['engine'])}")
-    if cfg:
-        keys_of_interest = ("eligible.leader.replicas.enable", "min.insync.replicas",
-                            "unclean.leader.election.enable", "unclean.recovery.manager.enabled",
-                            "unclean.recovery.strategy")
-        sub.append("config " + ", ".join(f"{esc(k)}={esc(cfg[k])}" for k in keys_of_interest if k in cfg)
-                   + " (engine-wide; topic overrides from the stream apply)")
+    sub = _subtitle(run, s, cfg)
 
     body = []
     if cmp is not None:
@@ -769,26 +819,7 @@ def build_report(tables_dir, out_html, *, compare_dir=None, partitions=None, max
               bar_chart("Violations by invariant", s["violations"]["by_invariant"], color=RED)]
     body.append('<section id="charts"><h2>Outcomes</h2><div class="charts">' + "".join(charts) + "</div></section>")
 
-    parts_html = []
-    for key in keys:
-        brokers = _brokers_of(run, key) | (_brokers_of(run_b, key) if run_b else set())
-        pd_a = PartData(run, key)
-        pd_b = PartData(run_b, key) if run_b is not None else None
-        vmax = max(offset_max(pd_a), offset_max(pd_b) if pd_b else 0)
-        svg_a = partition_chart(run, pd_a, t0, t1, "a", vmax)
-        block = [f'<div class="part" id="p-{esc(key[0])}-{esc(key[1])}"><h3>Partition {esc(key[0])}-{esc(key[1])}</h3>']
-        if run_b is not None:
-            block.append(f"<h4>A &mdash; {esc(run.dir)}</h4>")
-        block.append(_badges(pd_a, run))
-        block.append(svg_a)
-        if run_b is not None:
-            svg_b = partition_chart(run_b, pd_b, t0, t1, "b", vmax)
-            block.append(f"<h4>B &mdash; {esc(run_b.dir)}</h4>")
-            block.append(_badges(pd_b, run_b))
-            block.append(svg_b)
-        block.append(partition_legend(brokers))
-        block.append("</div>")
-        parts_html.append("".join(block))
+    parts_html = [_partition_block(run, run_b, key, t0, t1) for key in keys]
     fetch_note = ("Follower LEO samples come from logged fetches only "
                   + ("(<code>output.fetch=all</code>: every fetch)." if cfg.get("output.fetch") == "all" else
                      "(the default <code>output.fetch=errors</code> logs errors, no-ops and divergence, not "
