@@ -201,3 +201,96 @@ def test_no_protocol_function_over_80_lines():
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80:
                 long.append(f"{f.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
     assert long == []
+
+
+# ---------------------------------------------------------------- wings of jobs/
+# jobs/ is everything around the core, in wings that depend on each other in one direction only:
+# io (reading streams, writing tables, the run record, where the JARs are) is the floor; the engines
+# stand on it; the simulator drives the core through them; the metadata-log import/audit and the
+# lab (a real Kafka cluster) stand on io and the engines; analysis (compare, report) reads tables;
+# the front doors (the CLI, the bench, the spark-submit entry) may reach every wing and nothing
+# reaches them. A module with no wing fails the test, so a new file has to be placed on purpose.
+JOB_WINGS = {
+    "io": {"streamio", "delta_sink", "runinfo", "jars"},
+    "engines": {"local_engine", "spark_engine", "spark_source", "spark_session", "spark_sql", "kafka_source",
+                "buckets"},
+    "sim": {"simulate", "sim_core"},
+    "metalog": {"metalog"},
+    "lab": {"lab"},
+    "analysis": {"compare", "report"},
+    "front": {"cli", "bench", "spark_job"},
+}
+WING_MAY_IMPORT = {
+    "io": {"io"},
+    "engines": {"io", "engines"},
+    "sim": {"io", "engines", "sim"},
+    "metalog": {"io", "engines", "metalog"},
+    "lab": {"io", "metalog", "lab"},
+    "analysis": {"io", "metalog", "analysis"},
+    "front": set(JOB_WINGS),
+}
+
+
+def _wing_of(module: str) -> str | None:
+    for wing, mods in JOB_WINGS.items():
+        if module in mods:
+            return wing
+    return None
+
+
+def _jobs_imports(path: Path, root: Path):
+    """(line, top-level jobs module) for every import of a jobs module from `path`."""
+    pkg = path.relative_to(root).parts[:-1]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        mods = []
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(pkg[:len(pkg) - (node.level - 1)])
+                full = base + (node.module.split(".") if node.module else [])
+                mods = [full + [a.name] for a in node.names] if not node.module else [full]
+            elif (node.module or "").split(".")[0] == "jobs":
+                full = node.module.split(".")
+                mods = [full + [a.name] for a in node.names] if len(full) == 1 else [full]
+        elif isinstance(node, ast.Import):
+            mods = [a.name.split(".") for a in node.names if a.name.split(".")[0] == "jobs"]
+        for m in mods:
+            if len(m) > 1 and m[0] == "jobs":
+                yield node.lineno, m[1].removesuffix(".py")
+
+
+def _wing_violations(root: Path = None) -> list[str]:
+    root = root or ROOT
+    bad = []
+    for f in sorted((root / "jobs").rglob("*.py")):
+        rel = f.relative_to(root / "jobs").parts
+        me = rel[0] if len(rel) > 1 else rel[0][:-3]
+        if me == "__init__":
+            continue
+        wing = _wing_of(me)
+        if wing is None:
+            bad.append(f"jobs/{'/'.join(rel)}: module with no wing (add it to JOB_WINGS)")
+            continue
+        for line, mod in _jobs_imports(f, root):
+            other = _wing_of(mod)
+            if other is None:
+                bad.append(f"jobs/{'/'.join(rel)}:{line} imports jobs.{mod}, which has no wing")
+            elif other not in WING_MAY_IMPORT[wing]:
+                bad.append(f"jobs/{'/'.join(rel)}:{line} imports jobs.{mod} (wing {wing} may import "
+                           f"{sorted(WING_MAY_IMPORT[wing])}, not {other})")
+    return bad
+
+
+def test_jobs_wings():
+    assert _wing_violations() == []
+
+
+def test_the_wing_checker_catches_a_crossing(tmp_path):
+    (tmp_path / "jobs" / "metalog").mkdir(parents=True)
+    (tmp_path / "jobs" / "streamio.py").write_text("from jobs.spark_engine import x\nfrom . import delta_sink\n")
+    (tmp_path / "jobs" / "metalog" / "audit.py").write_text("from ..report import y\nfrom ..local_engine import z\n")
+    (tmp_path / "jobs" / "newthing.py").write_text("")
+    got = _wing_violations(tmp_path)
+    assert any("streamio.py:1 imports jobs.spark_engine" in g for g in got)
+    assert any("metalog/audit.py:1 imports jobs.report" in g for g in got)
+    assert any("newthing.py: module with no wing" in g for g in got)
+    assert not any("delta_sink" in g or "local_engine" in g for g in got)
