@@ -31,6 +31,16 @@ ISRFLOW = str(Path(sys.executable).with_name("isrflow"))
 
 
 # ----------------------------------------------------------------------------- without Kafka
+def _drain(gen):
+    """(the rows a scan generator yields, the carry it returns)."""
+    out = []
+    while True:
+        try:
+            out.append(next(gen))
+        except StopIteration as s:
+            return out, s.value
+
+
 def test_values_parse_like_stream_lines(tmp_path):
     lines = [b'{"seq":1,"ts_ms":0,"type":"Tick"}', b"{not json", b'["an","array"]', b'"\xff"', b"\xef\xbb\xbf{}"]
     (tmp_path / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
@@ -53,14 +63,7 @@ def test_a_record_off_partition_zero_is_rejected_with_its_reason():
     assert rows[1][1]["seq"] == 2 and "kafka events-1 offset 0" in rows[1][3]
     assert "partition 0" in rows[1][3] and "not applied" in rows[1][3]
     assert rows[1][0] > rows[0][0]          # ordered after every record of partition 0
-    gen_out = []
-    gen = scan_rows(iter(rows), (0, 0), 1, keep_raw=True)
-    while True:
-        try:
-            gen_out.append(next(gen))
-        except StopIteration as s:
-            carry = s.value
-            break
+    gen_out, carry = _drain(scan_rows(iter(rows), (0, 0), 1, keep_raw=True))
     items = [it for row in gen_out for it in unpack(row[6])]
     assert [it[0] for it in items] == [0, 1]           # applied, rejected
     assert "not applied" in items[1][1]["reason"] and carry == (1, 0)
@@ -85,14 +88,7 @@ def test_record_scan_routes_what_the_file_scan_routes(tmp_path):
     file_out, file_carry = run_scan([(0, str(f))], (0, 0), 4, chunk_rows=64)
     values = [line.strip() for line in f.read_bytes().splitlines() if line.strip()]
     recs = [(0, off, v) for off, v in enumerate(values)]
-    gen = scan_rows(record_rows("ev", recs), (0, 0), 4, chunk_rows=64, keep_raw=True)
-    rec_out = []
-    while True:
-        try:
-            rec_out.append(next(gen))
-        except StopIteration as s:
-            rec_carry = s.value
-            break
+    rec_out, rec_carry = _drain(scan_rows(record_rows("ev", recs), (0, 0), 4, chunk_rows=64, keep_raw=True))
     assert rec_carry == file_carry and len(rec_out) == len(file_out)
     for a, b in zip(file_out, rec_out):
         assert a[:6] == b[:6]
@@ -144,7 +140,7 @@ def test_kafka_source_survives_sigkill(spark, tmp_path):
     from protocol.config import EngineConfig
     from tests.delta_compare import COMPARED, diff_tables, progress_totals
     from tests.spark_streams import make_stream
-    from tests.test_spark_kill import _committed_rows, _reap
+    from tests.test_spark_kill import _committed_rows, _reap, run_to_end_and_stop
 
     stream, n_rows = make_stream(tmp_path / "stream", 33, 2400, n_files=3, partitions=4, topics=2)
     ref = tmp_path / "ref"
@@ -170,16 +166,8 @@ def test_kafka_source_survives_sigkill(spark, tmp_path):
         os.kill(p.pid, signal.SIGKILL)
         _reap(p)
         # 3: to the end of the topic, then SIGTERM
-        p = _start(src, tables, ck, log)
-        deadline = time.time() + 300
-        while time.time() < deadline and _committed_rows(tables) < n_rows and p.poll() is None:
-            time.sleep(0.5)
-        deadline = time.time() + 60    # the final no-data batch (timers due by the stream's end)
         others = [n for n in COMPARED if n != "rejected"]
-        while time.time() < deadline and p.poll() is None and diff_tables(ref, tables, others) != {}:
-            time.sleep(1.0)
-        os.kill(p.pid, signal.SIGTERM)
-        rc = _reap(p, timeout=120)
+        rc = run_to_end_and_stop(_start(src, tables, ck, log), tables, ref, n_rows, others)
     log.close()
     text = (tmp_path / "run.log").read_text()
     assert rc == 0, text[-3000:]

@@ -53,6 +53,21 @@ def _committed_rows(tables) -> int:
         return 0
 
 
+def run_to_end_and_stop(p, tables, ref, n_rows: int, names=None) -> int:
+    """Wait until a running `isrflow run` has committed all n_rows input rows and its tables (`names`)
+    equal the reference (the final no-data batch fires the timers due by the stream's end), then
+    SIGTERM it; returns its exit code."""
+    deadline = time.time() + 300
+    while time.time() < deadline and _committed_rows(tables) < n_rows and p.poll() is None:
+        time.sleep(0.5)
+    deadline = time.time() + 60
+    args = () if names is None else (names,)
+    while time.time() < deadline and p.poll() is None and diff_tables(ref, tables, *args) != {}:
+        time.sleep(1.0)
+    os.kill(p.pid, signal.SIGTERM)
+    return _reap(p, timeout=120)
+
+
 def _have_delta_jars() -> bool:
     from jobs.spark_session import delta_conf
     return bool(delta_conf())
@@ -87,15 +102,7 @@ def test_kill_and_restart(tmp_path, sink):
     os.kill(p.pid, signal.SIGKILL)
     _reap(p)
     # 5: runs to the end, stopped with SIGTERM
-    p = _start(stream, tables, ck, {}, log, sink)
-    deadline = time.time() + 300
-    while time.time() < deadline and _committed_rows(tables) < n_rows and p.poll() is None:
-        time.sleep(0.5)
-    deadline = time.time() + 60   # the final no-data batch (timers due by the stream's end) follows
-    while time.time() < deadline and p.poll() is None and diff_tables(ref, tables) != {}:
-        time.sleep(1.0)
-    os.kill(p.pid, signal.SIGTERM)
-    rc = _reap(p, timeout=120)
+    rc = run_to_end_and_stop(_start(stream, tables, ck, {}, log, sink), tables, ref, n_rows)
     log.close()
     text = (tmp_path / "run.log").read_text()
     assert rc == 0, text[-3000:]
