@@ -108,7 +108,7 @@ def load_carry(carry_dir: str, first_offset: int) -> tuple[int, int]:
     last, name = before[-1]
     with open(os.path.join(carry_dir, name), encoding="utf-8") as fh:
         d = json.load(fh)
-    for off, old in before[:-1]:
+    for _, old in before[:-1]:
         try:
             os.remove(os.path.join(carry_dir, old))
         except OSError:

@@ -51,15 +51,23 @@ def check_tables_dir(tables_dir, app_id: str, overwrite: bool, also_remove=()) -
                         f"checkpoint: {prev}, this one is {app_id}); use a fresh --tables directory or --overwrite")
 
 
+def stream_id(stream) -> str:
+    """A stream's name in the run record: a directory's absolute path, or a source's URI
+    (jobs.kafka_source.KafkaSpec: kafka://HOST:PORT/TOPIC)."""
+    uri = getattr(stream, "uri", None)
+    if uri:
+        return uri
+    s = str(stream)
+    return s if "://" in s else str(Path(s).resolve())
+
+
 def write_run_info(tables_dir, stream, config, engine: str, app_id: str, **extra) -> dict:
     """`_run.json` beside the tables: what produced them (compare and report read it).
     Keeps the totals of an earlier invocation of the same replay until finish_run_info."""
     root = Path(tables_dir)
     root.mkdir(parents=True, exist_ok=True)
     prev = read_run_info(root) or {}
-    # a stream directory by its absolute path; a source URI (kafka://HOST:PORT/TOPIC) as it is
-    name = None if not stream else (str(stream) if "://" in str(stream) else str(Path(stream).resolve()))
-    info = {"stream": name, "engine": engine, "app_id": app_id,
+    info = {"stream": stream_id(stream) if stream else None, "engine": engine, "app_id": app_id,
             "config": dict(sorted(config.raw.items()))}
     info.update({k: v for k, v in extra.items() if v is not None})
     if prev.get("app_id") == app_id and "totals" in prev:

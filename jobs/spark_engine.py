@@ -194,21 +194,14 @@ def fingerprint(config: EngineConfig, checkpoint: str) -> str:
     return f"isrflow-spark-{h.hexdigest()[:12]}"
 
 
-def stream_id(stream) -> str:
-    """A stream's name in the run record: a directory's absolute path, or a source URI (kafka://HOST:PORT/TOPIC)."""
-    uri = getattr(stream, "uri", None)
-    if uri:
-        return uri
-    s = str(stream)
-    return s if "://" in s else str(Path(s).resolve())
-
-
 def _default_checkpoint(stream: str, tables_dir: str, config: EngineConfig) -> str:
+    from .runinfo import stream_id
     from .streamio import list_stream_files
+    sid = stream_id(stream)
     h = hashlib.sha1()
-    h.update(stream_id(stream).encode())
+    h.update(sid.encode())
     h.update(json.dumps(sorted(config.raw.items())).encode())
-    for f in ([] if "://" in stream_id(stream) else list_stream_files(stream)):
+    for f in ([] if "://" in sid else list_stream_files(stream)):
         h.update(f.name.encode())
     return str(Path(tables_dir) / "_spark_checkpoint" / h.hexdigest()[:12])
 
@@ -235,6 +228,7 @@ def _meta_keys(checkpoint: str, n_buckets: int | None, stream: str, shuffle_part
     else:
         from conf import spark_defaults
         ks = int(shuffle_partitions or spark_defaults().get("spark.sql.shuffle.partitions", "2"))
+    from .runinfo import stream_id
     p.write_text(json.dumps({"n_buckets": n, "stream": stream_id(stream), "key_shuffle": ks}))
     return n, ks
 
@@ -558,7 +552,7 @@ def _start_run(spark, stream, tables_dir, config, checkpoint, n_buckets, sink, p
     app_id = fingerprint(config, checkpoint)
     sink = choose_sink(spark, sink)
     writer = BatchWriter(_make_sink(spark, tables_dir, app_id, sink), progress)
-    write_run_info(tables_dir, stream_id(stream), config, "spark", app_id, checkpoint=str(Path(checkpoint).resolve()),
+    write_run_info(tables_dir, stream, config, "spark", app_id, checkpoint=str(Path(checkpoint).resolve()),
                    buckets=n_buckets, sink=sink, master=spark.sparkContext.master)
     return writer, sink
 
