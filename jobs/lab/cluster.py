@@ -508,7 +508,8 @@ class Driver:
             raise DriverError("driver exited")
         return json.loads(line)
 
-    def call(self, command: str, timeout: float = 60.0, check: bool = True) -> dict:
+    # a read-only command may take READ_ATTEMPTS (3) admin deadlines of 20 s (java/lab/LabDriver.java)
+    def call(self, command: str, timeout: float = 90.0, check: bool = True) -> dict:
         self.proc.stdin.write((command + "\n").encode())
         self.proc.stdin.flush()
         r = self._read(timeout)
