@@ -87,13 +87,24 @@ def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: 
 
     from protocol.codec import partition_bytes
     from protocol.config import EngineConfig
-    from jobs.local_engine import LocalEngine
+    from jobs.local_engine import LocalEngine, replay_gc
     from jobs.streamio import iter_raw_rows
 
     eng = LocalEngine(EngineConfig(config_overrides or {}))
+    with replay_gc():                 # as `isrflow replay` runs its loop
+        n, read_s, core_s = _core_loop(eng, iter_raw_rows(stream), chunk_rows)
+    sizes = [partition_bytes(p) for p in eng.cluster.partitions.values()]
+    return {"rows": n, "read_s": round(read_s, 3), "core_s": round(core_s, 3),
+            "core_events_per_s": round(n / max(core_s, 1e-9)),
+            "state_bytes_per_partition": round(sum(sizes) / max(len(sizes), 1)),
+            "state_bytes_max": max(sizes) if sizes else 0}
+
+
+def _core_loop(eng, rows_it, chunk_rows: int) -> tuple[int, float, float]:
+    """core_measure's loop: (rows, reading seconds, core seconds)."""
+    from itertools import islice
     feed = eng.feed
     drain = eng.cluster.drain
-    rows_it = iter_raw_rows(stream)
     n = 0
     read_s = core_s = 0.0
     while True:
@@ -113,11 +124,7 @@ def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: 
     t0 = time.perf_counter()
     eng.drain(True)                   # the final timers and partition_state rows
     core_s += time.perf_counter() - t0
-    sizes = [partition_bytes(p) for p in eng.cluster.partitions.values()]
-    return {"rows": n, "read_s": round(read_s, 3), "core_s": round(core_s, 3),
-            "core_events_per_s": round(n / max(core_s, 1e-9)),
-            "state_bytes_per_partition": round(sum(sizes) / max(len(sizes), 1)),
-            "state_bytes_max": max(sizes) if sizes else 0}
+    return n, read_s, core_s
 
 
 # rows per partition per ms of cluster time at the simulator's defaults (RF 3: ~8 fetches,
@@ -202,10 +209,12 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
     results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "platform": platform.platform(), "mem_gb": _mem_gb()},
                "events_target": events, "runs": []}
-    if "import" in engines:     # metadata-log import speed (jobs/metalog/bench_import.py)
+    if "import" in engines:     # metadata-log import + audit speed (jobs/metalog/bench_import.py)
         from jobs.metalog.bench_import import bench_import
         results["import"] = bench_import(events, log=log)
         engines = [e for e in engines if e != "import"]
+        if not engines:         # `--engines import`: no replay streams to generate
+            partition_counts = ()
     for n in partition_counts:
         stream = str(base / f"stream-{n}")
         t0 = time.perf_counter()
@@ -260,6 +269,15 @@ def format_table(results: dict) -> str:
             spk.get("events_per_s", "-"), e.get("spark_over_local", "-"), loc.get("peak_rss_mb", "-"),
             spk.get("peak_rss_mb", "-"), core.get("state_bytes_per_partition", "-"),
             spk.get("real_time_factor", "-"), e.get("bench_peak_rss_mb", "-")]))
+    imp = results.get("import")
+    if imp:
+        lines.append(f"import: {imp['records']:,} records, decode {imp['decode_records_per_s']:,} rec/s, whole import "
+                     f"{imp.get('import_records_per_s', '-')} rec/s")
+        a = imp.get("audit")
+        if a:
+            lines.append(f"audit: {a['wall_s']} s ({a['records_per_s']:,} rec/s; import {a['import_s']} s, replay "
+                         f"{a['replay_s']} s, compare {a['compare_s']} s), {a['agree']:,}/{a['decisions']:,} "
+                         f"decisions agree")
     m = results["machine"]
     lines.append(f"machine: {m['cpus']} cpus, {m['mem_gb']} GiB, Python {m['python']}, {m['platform']}")
     return "\n".join(lines)

@@ -5,11 +5,22 @@ crashing, losing their controller session, producers, consumers and follower
 fetchers -- and writes it as an input stream (SPEC §2): a directory of Parquet
 (or JSON-lines) files whose names sort in stream order (``part-00000.parquet``,
 ...) plus a ``_simulation.json`` manifest with the parameters (underscore
-files are ignored by the reader). The protocol itself (ISR, ELR, HWM,
-elections) is computed by the engine; the simulator only keeps a rough belief
-of who leads each partition so that it can address produce/consume requests,
-and a rough count of produced records so that log-loss and consumer offsets
-are plausible. Stale beliefs are fine: the engine answers them with errors.
+files are ignored by the reader).
+
+Closed loop (VOPR style). The simulator has no model of the controller. It
+feeds every row it writes, in stream order, into the real protocol core
+(``jobs.sim_core.CoreDriver``: a ``protocol.cluster.Cluster`` built from
+conf/engine.properties plus the stream's ``engine_config``, exactly what the
+replay builds) and asks that core what clients and followers do next: who
+leads a partition, its replica list, a replica's log end offset and high
+watermark. Seeded randomness decides only the environment (fault schedule,
+request times and sizes, fetch cadences); every row's meaning comes from the
+core's state at that row. A what-if of another config is therefore another
+stream (same seed, same fault schedule and workload intent) simulated under
+that config (``config=`` / ``--set KEY=VALUE``), recorded in the manifest's
+``engine_config``. The core checks the protocol invariants after every step;
+their count is in the summary (``core``), and ``stop_on_violation`` stops at
+the first with its seed and step (seq).
 
 Same parameters and seed -> identical bytes (numpy ``Generator(PCG64)``,
 fixed Parquet writer settings, no wall-clock anywhere in the output).
@@ -21,46 +32,37 @@ Stream layout
   ``CreatePartition`` for every partition (rack-aware round-robin placement,
   first replica rotating) and ``AlterConfig`` per topic
   (``min.insync.replicas``, default 2 when RF >= 3, plus ``topic_config``).
-* Steady state, generated with numpy per window of cluster time (``window_ms``,
-  also cut at every fault action): ``Produce`` (Poisson, per-topic rate and
-  acks mix) to the believed leader; modeled follower ``Fetch`` rows (only
-  topic/partition/broker) per follower at a per-replica cadence drawn from
-  ``fetch_interval_ms`` with +-25% jitter; ``Tick`` per live broker every
-  ``tick_interval_ms``; ``ListOffsets`` / ``ConsumerFetch`` at
-  ``consumer_rate``. With ``delivery="explicit"`` also
-  ``AlterPartitionArrive``/``AlterPartitionResponse`` pairs a few ms after
-  fetches and ticks, and ``MetadataSync`` per live broker every
-  ``metadata_interval_ms`` (``up_to_seq`` null).
-* The simulator's leader belief follows the controller's rules (SPEC §4, roughly;
-  the engine computes the truth), updated at every fault action so that each
-  window of steady traffic has one believed leader per partition:
+* Steady state, per window of cluster time (``window_ms``, also cut at every
+  fault action): drawn with numpy from the core's leaders at the window start,
+  then fed to the core row by row, each row asking the core first:
 
-  - a rough ISR / ELR per partition: brokers leave every ISR when fenced or in
-    controlled shutdown (KIP-966: while the ISR is below min ISR the leavers
-    join the ELR, a broker restarting after an unclean shutdown leaves it);
-    followers that are up (alive, unfenced, not shutting down) and reachable
-    rejoin the ISR of a reachable leader at once;
-  - the leader is STICKY: it stays while it is a valid leader (in the ISR,
-    unfenced, not shutting down -- a crashed or isolated leader stays leader
-    until its session expires, but gets no traffic meanwhile). Otherwise the
-    first valid replica in replica order: in the ISR, or in the ELR when the
-    ISR is empty; then the last known leader; then, with
-    ``unclean.leader.election.enable``, any acceptable replica; else the
-    partition is leaderless (0) and gets no produce / consumer / fetch rows;
-  - a returning broker takes leadership back only through the preferred
-    election: the auto rebalance every ``leader_imbalance_interval_ms`` (on its
-    multiples, where the preferred replica is in the ISR and up) or
-    ``elect:preferred``;
-  - reassignments: replicas = target + removing while in progress, leader kept;
-    completion when the adding replicas have caught up (about their second
-    fetch), then removed replicas leave and a removed leader is replaced by the
-    first valid target replica; cancel reverts (replicas minus adding).
+  - ``Produce`` (Poisson, per-topic rate and acks mix), ``ListOffsets`` /
+    ``ConsumerFetch`` (``consumer_rate``) go to the partition's leader in the
+    core at that row (the controller's leader whose replica has become leader,
+    after the broker sessions and the partition's timers due by then fired) and
+    are not sent while there is none or it is unreachable (crashed, isolated);
+    a ``ConsumerFetch`` reads from a fraction of that leader's high watermark;
+  - modeled follower ``Fetch`` rows (only topic/partition/broker), per replica
+    at a cadence drawn from ``fetch_interval_ms`` with +-25% jitter, are sent
+    while the fetcher is one of the core's replicas and not the leader, and
+    both ends are reachable (fetcher slots follow the core's replica list
+    through reassignments);
+  - ``Tick`` per live broker every ``tick_interval_ms``; with
+    ``delivery="explicit"`` also ``AlterPartitionArrive`` /
+    ``AlterPartitionResponse`` pairs a few ms after fetches and ticks, and
+    ``MetadataSync`` per live broker every ``metadata_interval_ms``
+    (``up_to_seq`` null).
 
-  ``Produce``, ``ListOffsets`` and ``ConsumerFetch`` go to the believed leader.
-  After a leader change a client with stale metadata still sends up to one
-  produce request per partition to the previous leader within a seeded window
-  of up to 1 s (if that broker is reachable); the engine answers it with
-  NOT_LEADER_OR_FOLLOWER. The summary counts them (``stale_leader_produces``).
+* Clients with stale metadata: when a client row first meets a new leader in
+  the core, the next produce request within a seeded window of up to 1 s may
+  still go to the leader the clients met before (if that broker is reachable);
+  the core answers it NOT_LEADER_OR_FOLLOWER. The summary counts them
+  (``stale_leader_produces``): with every other produce aimed at the core's
+  leader, they are the only produces a replay refuses as misaddressed.
+* Elections, reassignment completion, the auto leader rebalance, ISR and ELR
+  changes are the core's: the simulator writes the admin request
+  (``ElectLeaders``, ``Reassign``, ``AlterConfig``) and follows what the core
+  decided.
 
 Fault grammar (``faults=``)
 ---------------------------
@@ -92,9 +94,8 @@ Items are separated by ``,`` or ``;``::
                                             60s), each down for D2 (default G/2).
 ``zone-outage:RACK[:lose=..][:frac=F]@T[+D]``  every broker of rack RACK (``rack0``.., or a number) crashes
                                             uncleanly at the same T, all back at T+D (default 120s).
-``reassign:TP->B,B,..@T``                   Reassign TP to the replica list (the simulator assumes it
-                                            completes once the adding replicas caught up, or
-                                            ``reassign_settle_ms`` later if one is down; unless cancelled).
+``reassign:TP->B,B,..@T``                   Reassign TP to the replica list (the core completes it once
+                                            the adding replicas joined the ISR; fetchers follow).
 ``cancel-reassign:TP@T``                    Reassign with replicas null (cancel).
 ``elect:preferred|unclean[:TP]@T``          ElectLeaders for TP, or (no TP / ``all``) every partition.
 ``elect:designated:TP:B@T``                 ElectLeaders DESIGNATED with target B.
@@ -115,7 +116,6 @@ arguments override, and their fault times scale with ``duration_ms``.
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import math
 import os
@@ -130,6 +130,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from jobs.sim_core import _BLANK as _BLANK_EVENT
+from jobs.sim_core import SimulationViolation
 from schemas.events import EVENT_ARROW_SCHEMA as INPUT_ARROW_SCHEMA
 
 __all__ = [
@@ -139,6 +141,7 @@ __all__ = [
     "parse_duration",
     "parse_faults",
     "simulate",
+    "SimulationViolation",
     "add_arguments",
     "run_from_args",
     "main",
@@ -705,7 +708,6 @@ class _StreamWriter:
 # --------------------------------------------------------------------------
 
 _MAX_WINDOW_ROWS = 500_000
-_GRACE_MS = 5_000   # a reassignment's new leader keeps fetching this long (see _reassign_done_at)
 
 _DEFAULTS: dict[str, Any] = {
     "brokers": 6, "partitions": 100, "rf": 3, "racks": 3, "min_isr": None,
@@ -809,25 +811,27 @@ def _periodic(next_t: np.ndarray, interval: np.ndarray, active: np.ndarray, a: f
 
 
 class _Sim:
+    """The environment of the cluster (broker processes, network, clients, fetchers) driving the
+    real protocol core (``jobs.sim_core.CoreDriver``) row by row. The simulator decides only what
+    the environment does; who leads, the replicas and the logs are the core's answers."""
+
     def __init__(self, *, brokers, racks, topics, partitions, rf, duration_ms, min_isr, topic_config,
                  produce_rate, records_per_produce, acks_mix, fetch_interval_ms, tick_interval_ms,
                  consumer_rate, delivery, metadata_interval_ms, alter_partition_interval_ms,
-                 session_timeout_ms, leader_imbalance_interval_ms, reassign_settle_ms, window_ms,
-                 log_loss_fraction, faults, steady_rng, fault_rng, writer, stale_rng,
-                 stale_max_ms=1_000.0):
+                 session_timeout_ms, window_ms, log_loss_fraction, faults, steady_rng, fault_rng, writer,
+                 stale_rng, core, stale_max_ms=1_000.0):
         self.N, self.racks, self.topics, self.ppt, self.rf = brokers, racks, topics, partitions, rf
         self.P = len(topics) * partitions
         self.duration, self.window = duration_ms, window_ms
         self.min_isr, self.topic_config = min_isr, topic_config
         self.delivery = delivery
         self.session_timeout = session_timeout_ms
-        self.rebalance_ms = leader_imbalance_interval_ms
-        self.settle_ms = reassign_settle_ms
         self.loss_frac = log_loss_fraction
         self.faults = faults
         self.rng, self.frng = steady_rng, fault_rng
         self.stale_max_ms = float(stale_max_ms)
         self.w = writer
+        self.core = core
         self.seq = 1
         self.counts: dict[str, int] = {}
         self.skipped: list[str] = []
@@ -836,49 +840,26 @@ class _Sim:
         self.topic_of = np.repeat(np.arange(len(topics), dtype=np.int32), partitions)
         self.pnum_of = np.tile(np.arange(partitions, dtype=np.int32), len(topics))
         self.orig = _place_replicas(P, brokers, racks, rf)
-        # replica slots: a reassignment in progress holds target + removing (the union of the lists)
+        # fetcher slots per partition, mirroring the core's replica list (a reassignment in
+        # progress holds target + removing); 0 = empty slot
         self.R = max(rf, min(brokers, rf + sum(len(f.replicas) for f in faults if f.kind == "reassign")))
-        self.rep = np.zeros((P, self.R), dtype=np.int32)   # 0 = empty slot
+        self.rep = np.zeros((P, self.R), dtype=np.int32)
         self.rep[:, :rf] = self.orig
-        self.reassign_adding: dict[int, list[int]] = {}   # reassignment in progress: adding replicas
-        self.reassign_target: dict[int, tuple[int, ...]] = {}
-        self.reassign_due: dict[int, int | None] = {}      # token of the scheduled completion
-        self.reassign_fi: dict[int, int] = {}
-        self._n_token = 0
-        self.leader = self.orig[:, 0].copy()               # believed leader, 0 = leaderless
-        self.produced = np.zeros(P, dtype=np.int64)
-        # The controller-side belief (SPEC §4 rules, roughly): ISR / ELR membership per broker
-        # (column 0 unused, always False), the last known leader, per-partition min ISR and
-        # unclean election flag (topic config).
-        self.isr = np.zeros((P, brokers + 1), bool)
-        self.isr[np.arange(P)[:, None], self.orig] = True
-        self.elr = np.zeros((P, brokers + 1), bool)
-        self.lke = np.zeros(P, np.int32)
-        mi = np.ones(len(topics), np.int64)
-        unc = np.zeros(len(topics), bool)
-        for ti in range(len(topics)):
-            cfg = {"min.insync.replicas": str(min_isr) if min_isr is not None else "1"}
-            cfg.update({str(k): str(v) for k, v in (topic_config[ti] or {}).items()})
-            mi[ti], unc[ti] = self._cfg_vals(cfg, 1, False)
-        self.min_isr_p = mi[self.topic_of]
-        self.unclean_p = unc[self.topic_of]
-        # Clients with stale metadata: after a leader change, up to `stale_left` produce requests
-        # before `stale_until` still go to `stale_to` (the previous leader).
-        self.last_leader = self.leader.copy()
-        self.stale_to = np.zeros(P, np.int32)
-        self.stale_left = np.zeros(P, np.int64)
-        self.stale_until = np.zeros(P, float)
+        self.moving: set[int] = set()      # partitions whose replica list a Reassign row may change
+        self.leader = np.zeros(P, dtype=np.int32)   # the core's leaders, read at each window start
+        # Clients with stale metadata: when a client row first meets a new leader in the core
+        # (`seen`: the leader the clients last met), the next produce request within a seeded
+        # window of up to `stale_max_ms` may still go to the previous leader (if reachable); the
+        # core answers it NOT_LEADER_OR_FOLLOWER. `stale`: partition -> (previous leader, until).
+        self.seen = [0] * P
+        self.stale: dict[int, tuple[int, float]] = {}
         self.srng = stale_rng
         self.n_stale = 0
-        # after a believed reassignment completion the new leader keeps fetching for a while
-        self.grace_b = np.zeros(P, np.int32)
-        self.grace_until = np.zeros(P, float)
-        self._grace: list[int] = []
 
-        # brokers (index 0 unused)
+        # broker processes and the network (index 0 unused)
         n1 = brokers + 1
         self.alive = np.zeros(n1, bool)
-        self.fenced = np.ones(n1, bool)
+        self.fenced = np.ones(n1, bool)      # what the simulator told the controller (rows it wrote)
         self.shutting = np.zeros(n1, bool)
         self.ctrl_cut = np.zeros(n1, np.int64)
         self.isolated = np.zeros(n1, np.int64)
@@ -914,37 +895,11 @@ class _Sim:
         mean_rate = (rf - 1) * (1000.0 * math.log(hi / lo) / (hi - lo) if hi > lo else 1000.0 / lo)
         self.ap_prob = min(1.0, (1000.0 / alter_partition_interval_ms) / max(mean_rate, 1e-9))
 
-    # ---------------------------------------------------------------- output
-    def _emit_rows(self, rows: list[dict]) -> None:
-        if not rows:
-            return
-        for r in rows:
-            self.counts[r["type"]] = self.counts.get(r["type"], 0) + 1
-        self.w.add(_rows_table(rows, self.seq))
-        self.seq += len(rows)
-
-    def _tp(self, p: int) -> dict:
-        return {"topic": self.topics[self.topic_of[p]], "partition": int(self.pnum_of[p])}
-
-    def _gp(self, topic: str, part: int) -> int:
-        return self.topics.index(topic) * self.ppt + part
-
-    # ---------------------------------------------------------------- beliefs
-    def _up(self) -> np.ndarray:
-        up = self.alive & ~self.fenced & ~self.shutting
-        up[0] = False
-        return up
-
-    def _acceptable(self) -> np.ndarray:
-        """The controller's view: registered, unfenced, not in controlled shutdown. A crashed
-        broker stays acceptable until its session expires (BrokerFence)."""
-        acc = ~self.fenced & ~self.shutting
-        acc[0] = False
-        return acc
-
     @staticmethod
     def _cfg_vals(cfg: Mapping[str, str], mi: int, unc: bool) -> tuple[int, bool]:
-        # the engine's own parser (protocol.config), so a value means the same to both
+        """(min ISR, unclean election) of a topic config, parsed by the engine's own parsers.
+        The simulator itself no longer reads topic configs (the core does); this stays only for
+        tests/test_rules_config.py::test_one_boolean_parser_for_engine_and_simulator."""
         from protocol.config import ConfigError, parse_bool, parse_int
         v = cfg.get("min.insync.replicas")
         if v is not None:
@@ -960,112 +915,46 @@ class _Sim:
                 unc = False
         return mi, unc
 
-    def _set_isr(self, ps: np.ndarray, new_isr: np.ndarray, unclean_out: int = 0) -> None:
-        """ISR of partitions ps -> new_isr (bool rows), with KIP-966's ELR rule: while the ISR is
-        below min ISR, members leaving it (and the ELR so far) are eligible, except a broker that
-        restarted after an unclean shutdown; at or above min ISR the ELR is empty. An ISR that
-        becomes empty remembers the last leader."""
-        if ps.size == 0:
+    # ---------------------------------------------------------------- output
+    def _emit_rows(self, rows: list[dict]) -> None:
+        """Fault / bootstrap rows: fed to the core in order, then written."""
+        if not rows:
             return
-        old = self.isr[ps]
-        n_rep = (self.rep[ps] > 0).sum(axis=1)
-        below = new_isr.sum(axis=1) < np.minimum(self.min_isr_p[ps], np.maximum(n_rep, 1))
-        elr = (self.elr[ps] | old) & ~new_isr & below[:, None]
-        if unclean_out:
-            elr[:, unclean_out] = False
-        emptied = ~new_isr.any(axis=1) & old.any(axis=1) & (self.leader[ps] > 0)
-        self.lke[ps[emptied]] = self.leader[ps[emptied]]
-        self.isr[ps] = new_isr
-        self.elr[ps] = elr
+        feed = self.core.feed_raw
+        for i, r in enumerate(rows):
+            self.counts[r["type"]] = self.counts.get(r["type"], 0) + 1
+            feed({**r, "seq": self.seq + i})
+        self.w.add(_rows_table(rows, self.seq))
+        self.seq += len(rows)
 
-    def _elect(self, ps: np.ndarray, preferred: bool = False, unclean: bool = False) -> None:
-        """Controller election (PartitionChangeBuilder.electLeader, roughly) for partitions ps:
-        the current leader stays while valid (preferred: the first replica if valid); else the
-        first valid replica in replica order (in the ISR, or in the ELR when the ISR is empty);
-        else the last known leader when ISR and ELR are empty; else, with unclean election, the
-        first acceptable replica; else leaderless (0)."""
-        if ps.size == 0:
-            return
-        acc_b = self._acceptable()
-        R = self.rep[ps]
-        k = np.arange(ps.size)
-        rows = ps[:, None]
-        acc = acc_b[R] & (R > 0)
-        isr_empty = ~self.isr[ps].any(axis=1)
-        elr_any = self.elr[ps].any(axis=1)
-        valid = acc & (self.isr[rows, R] | (isr_empty[:, None] & self.elr[rows, R]))
-        cur = self.leader[ps]
-        cur_valid = (valid & (R == cur[:, None])).any(axis=1)
-        first = np.where(valid.any(axis=1), R[k, valid.argmax(axis=1)], 0)
-        new = np.where(cur_valid, cur, first)
-        if preferred:
-            new = np.where(valid[:, 0], R[:, 0], new)
-        new = new.astype(np.int32)
-        # ELR election: the new leader becomes the ISR
-        from_elr = isr_empty & (new > 0) & (new != cur)
-        # last known leader (ISR and ELR empty)
-        lk = self.lke[ps]
-        lk_ok = (new == 0) & isr_empty & ~elr_any & (lk > 0) & acc_b[lk] & (R == lk[:, None]).any(axis=1)
-        new = np.where(lk_ok, lk, new)
-        # unclean election
-        unc = (new == 0) & (self.unclean_p[ps] | unclean) & acc.any(axis=1)
-        new = np.where(unc, R[k, acc.argmax(axis=1)], new)
-        reset = from_elr | lk_ok | unc
-        if reset.any():
-            pr, nl = ps[reset], new[reset]
-            self.isr[pr] = False
-            self.isr[pr, nl] = True
-            self.elr[pr, nl] = False
-            wipe = lk_ok | unc
-            self.elr[ps[wipe]] = False
-        self.lke[ps[(new > 0) & (new != cur)]] = 0
-        self.leader[ps] = new
+    def _tp(self, p: int) -> dict:
+        return {"topic": self.topics[self.topic_of[p]], "partition": int(self.pnum_of[p])}
 
-    def _settle(self, t: int, before: np.ndarray) -> None:
-        """After an action: fenced / shutting-down brokers leave every ISR, partitions whose
-        believed leader is gone (or not in the ISR any more) elect a new one, followers that are
-        up and reachable join the ISR of a reachable leader, and clients get a short window of
-        stale metadata for partitions whose leader changed."""
-        acc = self._acceptable()
-        drop = self.isr & ~acc[None, :]
-        ps = np.flatnonzero(drop.any(axis=1))
-        self._set_isr(ps, self.isr[ps] & ~drop[ps])
-        P = np.arange(self.P)
-        lead = self.leader
-        need = np.flatnonzero((lead == 0) | ~acc[lead] | ~self.isr[P, lead])
-        self._elect(need)
-        # ISR expansion (followers catch up quickly)
-        up = self._up()
-        reach = self._reachable()
-        ok = up & reach
-        lead_ok = ok[self.leader]
-        join = (self.rep > 0) & ok[self.rep] & lead_ok[:, None]
-        jr, jc = np.nonzero(join)
-        self.isr[jr, self.rep[jr, jc]] = True
-        n_rep = (self.rep > 0).sum(axis=1)
-        full = self.isr.sum(axis=1) >= np.minimum(self.min_isr_p, np.maximum(n_rep, 1))
-        self.elr[full] = False
-        self.elr &= ~self.isr
-        for p in [q for q, due in self.reassign_due.items() if due is None]:
-            self._schedule_reassign_done(p, t)
-        if self._grace:
-            g = np.array(self._grace)
-            self._grace = []
-            self.grace_b[g] = self.leader[g]
-            self.grace_until[g] = t + _GRACE_MS
-        # stale metadata after a leader change
-        new = self.leader
-        ch = np.flatnonzero((new > 0) & (new != before) & (new != self.last_leader) & (self.last_leader > 0))
-        if ch.size:
-            self.stale_to[ch] = self.last_leader[ch]
-            self.stale_left[ch] = 1
-            self.stale_until[ch] = t + self.srng.random(ch.size) * self.stale_max_ms
-        self.last_leader = np.where(new > 0, new, self.last_leader).astype(np.int32)
+    def _gp(self, topic: str, part: int) -> int:
+        return self.topics.index(topic) * self.ppt + part
 
     def _reachable(self) -> np.ndarray:
         r = self.alive & (self.isolated == 0)
         r[0] = False
         return r
+
+    # ---------------------------------------------------------------- the core's answers
+    def _observe(self, t: int) -> None:
+        """Read the core's leaders (and the replica lists of partitions being reassigned)."""
+        core = self.core
+        for p in sorted(self.moving):
+            reps = core.replicas(core.parts[p])
+            if [int(x) for x in self.rep[p] if x > 0] != list(reps):
+                self._set_reps(p, list(reps), t)
+        self.leader = np.array(core.leaders(), dtype=np.int32)
+
+    def _set_reps(self, p: int, reps: list[int], t: int) -> None:
+        old = self.rep[p].copy()
+        self.rep[p] = 0
+        self.rep[p, : len(reps)] = reps
+        changed = np.flatnonzero(self.rep[p] != old)
+        if changed.size:  # a new occupant of a slot starts with a fresh phase
+            self.fetch_next[p, changed] = t + self.frng.random(changed.size) * self.fetch_base[p, changed]
 
     # ---------------------------------------------------------------- bootstrap
     def bootstrap(self) -> None:
@@ -1090,19 +979,23 @@ class _Sim:
             if cfg:
                 rows.append({"ts_ms": 0, "type": "AlterConfig", "topic": t, "config": cfg})
         self._emit_rows(rows)
+        self.core.bind_partitions([(self.topics[self.topic_of[p]], int(self.pnum_of[p])) for p in range(self.P)])
+        self._observe(0)
 
     # ---------------------------------------------------------------- steady state
     def steady(self, a: int, b: int) -> None:
+        """Traffic over [a, b) (no fault action inside): drawn with numpy from the core's state at
+        a, then fed to the core row by row, each client / fetcher row re-aimed (or dropped) by the
+        core's state at that row (``_feed_window``)."""
+        self._observe(a)
         rng, P = self.rng, self.P
         dt = (b - a) / 1000.0
         reach = self._reachable()
-        leader_ok = reach[self.leader]
-        parts: list[tuple] = []  # (t, type, p, broker, records, acks, fetch_offset, spec, iso)
+        leader_ok = (self.leader > 0) & reach[self.leader]
 
-        # follower fetches
+        # follower fetches: replicas other than the leader, both ends reachable
         rep = self.rep
-        follower = (rep != self.leader[:, None]) | ((rep == self.grace_b[:, None]) & (self.grace_until > a)[:, None])
-        active = (rep > 0) & reach[rep] & follower & leader_ok[:, None]
+        active = (rep > 0) & reach[rep] & (rep != self.leader[:, None]) & leader_ok[:, None]
         iv = self.fetch_base * self.slow[rep]
         flat_idx, ft = _periodic(self.fetch_next.reshape(-1), iv.reshape(-1), active.reshape(-1),
                                  a, b, 0.25, rng)
@@ -1121,7 +1014,7 @@ class _Sim:
         aidx = (u[:, None] >= self.acks_cum[self.topic_of[pp]]).sum(axis=1)
         acks = self.acks_vals[np.minimum(aidx, 2)]
 
-        # consumers
+        # consumers: the fetch offset is a fraction of the leader's high watermark at that row
         clam = np.where(leader_ok, self.crate * dt, 0.0)
         cc = rng.poisson(clam)
         cp = np.repeat(np.arange(P), cc)
@@ -1131,8 +1024,7 @@ class _Sim:
         spec = np.where(rng.random(ncs) < 0.7, 0, 1)
         iso_u = rng.random(ncs)
         iso = np.where(iso_u < 0.5, -1, np.where(iso_u < 0.7, 0, 1))
-        base = self.produced[cp].astype(float)
-        fo = np.where(rng.random(ncs) < 0.2, 0.0, np.floor(base * rng.uniform(0.5, 0.98, ncs))).astype(np.int64)
+        frac = np.where(rng.random(ncs) < 0.2, 0.0, rng.uniform(0.5, 0.98, ncs))
 
         # ticks
         tb, tt = _periodic(self.tick_next, self.tick_iv, self.alive.copy(), a, b, 0.0, rng)
@@ -1141,8 +1033,7 @@ class _Sim:
         cols_type = [np.full(nf, _T_FETCH, np.int8), np.full(npr, _T_PRODUCE, np.int8),
                      np.where(is_list, _T_LIST, _T_CFETCH).astype(np.int8), np.full(tb.size, _T_TICK, np.int8)]
         cols_p = [fp, pp, cp, np.full(tb.size, -1)]
-        cols_b = [fb, self._produce_targets(pp, pt, reach), self.leader[cp], tb]
-        n_ap = 0
+        cols_b = [fb, self.leader[pp], self.leader[cp], tb]
         if self.delivery == "explicit":
             # AlterPartition round trips after some fetches and after every tick (leader's partitions)
             sel = rng.random(nf) < self.ap_prob
@@ -1168,7 +1059,6 @@ class _Sim:
         t_all = np.concatenate(cols_t)
         n = t_all.size
         if n == 0:
-            self.produced += np.bincount(pp, weights=recs, minlength=P).astype(np.int64)
             return
         typ = np.concatenate(cols_type)
         p_all = np.concatenate(cols_p).astype(np.int64)
@@ -1179,19 +1069,26 @@ class _Sim:
         acks_all = np.zeros(n, np.int32)
         acks_all[off_p:off_p + npr] = acks
         off_c = off_p + npr
-        fo_all = np.zeros(n, np.int64)
-        fo_all[off_c:off_c + ncs] = fo
+        fr_all = np.zeros(n, float)
+        fr_all[off_c:off_c + ncs] = frac
         spec_all = np.full(n, -1, np.int32)
         spec_all[off_c:off_c + ncs] = np.where(is_list, spec, -1)
         iso_all = np.full(n, -1, np.int32)
         iso_all[off_c:off_c + ncs] = np.where(is_list, iso, -1)
 
         order = np.argsort(t_all, kind="stable")
-        t_all = t_all[order]
         typ, p_all, b_all = typ[order], p_all[order], b_all[order]
-        rec_all, acks_all, fo_all = rec_all[order], acks_all[order], fo_all[order]
+        rec_all, acks_all, fr_all = rec_all[order], acks_all[order], fr_all[order]
         spec_all, iso_all = spec_all[order], iso_all[order]
-        ts = np.floor(t_all).astype(np.int64)
+        ts = np.floor(t_all[order]).astype(np.int64)
+
+        keep, b_all, fo_all = self._feed_window(ts, typ, p_all, b_all, rec_all, acks_all, fr_all,
+                                                spec_all, iso_all, reach)
+        n = keep.size
+        if n == 0:
+            return
+        ts, typ, p_all = ts[keep], typ[keep], p_all[keep]
+        rec_all, acks_all, spec_all, iso_all = rec_all[keep], acks_all[keep], spec_all[keep], iso_all[keep]
 
         no_p = p_all < 0
         pidx = np.where(no_p, 0, p_all)
@@ -1217,27 +1114,91 @@ class _Sim:
             if c:
                 name = _TYPE_NAMES[code].as_py()
                 self.counts[name] = self.counts.get(name, 0) + c
-        self.produced += np.bincount(pp, weights=recs, minlength=P).astype(np.int64)
+        self.core.drain()
 
-    def _produce_targets(self, pp: np.ndarray, pt: np.ndarray, reach: np.ndarray) -> np.ndarray:
-        """Broker of each produce request: the believed leader, except the first ``stale_left``
-        requests (in time order) of a partition before its ``stale_until``, which a client with
-        stale metadata still sends to the previous leader (if that one is reachable)."""
-        out = self.leader[pp]
-        if pp.size == 0 or not self.stale_left.any():
-            return out
-        cand = np.flatnonzero((self.stale_left[pp] > 0) & (pt < self.stale_until[pp]) & reach[self.stale_to[pp]])
-        if cand.size == 0:
-            return out
-        cand = cand[np.lexsort((pt[cand], pp[cand]))]
-        cp = pp[cand]
-        start = np.flatnonzero(np.r_[True, cp[1:] != cp[:-1]])
-        rank = np.arange(cand.size) - np.repeat(start, np.diff(np.r_[start, cand.size]))
-        sel = cand[rank < self.stale_left[cp]]
-        out[sel] = self.stale_to[pp[sel]]
-        self.n_stale += int(sel.size)
-        self.stale_left -= np.bincount(pp[sel], minlength=self.P)
-        return out
+    def _feed_window(self, ts, typ, p_all, b_all, rec_all, acks_all, fr_all, spec_all, iso_all, reach):
+        """Feed the window's rows to the core in order. Each row asks the core first:
+
+        * a follower Fetch is sent only while the fetcher is a replica and not the leader, and the
+          leader is reachable;
+        * Produce / ListOffsets / ConsumerFetch go to the core's leader at that row (sessions and
+          the partition's timers fired up to the row), or are not sent when there is none or it
+          is unreachable; a produce in a stale-metadata window goes to the previous leader;
+        * a ConsumerFetch reads from a fraction of the leader's high watermark.
+
+        Returns (indices of the rows kept, their brokers, their fetch offsets)."""
+        core = self.core
+        parts = core.parts
+        leader_of, hwm_of, catch_up = core.leader, core.hwm, core.catch_up
+        # rows go to Cluster.apply as validated events: the blank row plus their columns (plain
+        # ints and enum strings: what schemas.events.validate makes of them; a test checks it)
+        apply, blank, viol = core.cl.apply, _BLANK_EVENT, core.viol_rows()
+        rejected0 = core.cl.rejected
+        topics = [self.topics[i] for i in self.topic_of.tolist()]
+        pnums = self.pnum_of.tolist()
+        reach_l = reach.tolist()
+        seen, stale, srand, stale_ms = self.seen, self.stale, self.srng.random, self.stale_max_ms
+        specs = ("LATEST", "EARLIEST")
+        isos = ("READ_UNCOMMITTED", "READ_COMMITTED")
+        ap_types = {_T_APARR: "AlterPartitionArrive", _T_APRESP: "AlterPartitionResponse"}
+        keep: list[int] = []
+        bout: list[int] = []
+        foout: list[int] = []
+        seq = self.seq
+        for i, (t, ty, gp, b) in enumerate(zip(ts.tolist(), typ.tolist(), p_all.tolist(), b_all.tolist())):
+            fo = 0
+            if ty == _T_FETCH:
+                p = parts[gp]
+                ldr = p.leader
+                if ldr == b or ldr <= 0 or not reach_l[ldr] or b not in p.replicas:
+                    continue
+                apply({**blank, "seq": seq, "ts_ms": t, "type": "Fetch", "topic": topics[gp],
+                       "partition": pnums[gp], "broker": b})
+            elif ty == _T_PRODUCE or ty == _T_LIST or ty == _T_CFETCH:
+                p = catch_up(gp, t)
+                ldr = leader_of(p)
+                if not ldr or not reach_l[ldr]:
+                    continue
+                if ldr != seen[gp]:
+                    if seen[gp]:
+                        stale[gp] = (seen[gp], t + srand() * stale_ms)
+                    seen[gp] = ldr
+                ev = {"seq": seq, "ts_ms": t, "topic": topics[gp], "partition": pnums[gp], "broker": ldr}
+                if ty == _T_PRODUCE:
+                    if gp in stale:
+                        old, until = stale.pop(gp)
+                        if t < until and reach_l[old]:
+                            ev["broker"] = ldr = old
+                            self.n_stale += 1
+                    ev["type"] = "Produce"
+                    ev["records"] = int(rec_all[i])
+                    ev["acks"] = int(acks_all[i])
+                elif ty == _T_LIST:
+                    ev["type"] = "ListOffsets"
+                    ev["offset_spec"] = specs[spec_all[i]]
+                    ev["isolation"] = isos[iso_all[i]]
+                else:
+                    fo = int(hwm_of(p, ldr) * fr_all[i])
+                    ev["type"] = "ConsumerFetch"
+                    ev["fetch_offset"] = fo
+                b = ldr
+                apply({**blank, **ev})
+            elif ty == _T_TICK:
+                apply({**blank, "seq": seq, "ts_ms": t, "type": "Tick", "broker": b})
+            elif ty == _T_MSYNC:
+                apply({**blank, "seq": seq, "ts_ms": t, "type": "MetadataSync", "broker": b})
+            else:
+                apply({**blank, "seq": seq, "ts_ms": t, "type": ap_types[ty], "topic": topics[gp],
+                       "partition": pnums[gp]})
+            if viol:
+                core.on_violation(seq, t)
+            keep.append(i)
+            bout.append(b)
+            foout.append(fo)
+            seq += 1
+        if core.cl.rejected != rejected0:
+            core.note_rejections(core.cl.rejected - rejected0)
+        return (np.array(keep, np.int64), np.array(bout, np.int32), np.array(foout, np.int64))
 
     # ---------------------------------------------------------------- faults
     def expand(self) -> list[tuple[int, int, int, str, dict]]:
@@ -1278,7 +1239,6 @@ class _Sim:
                 add(T, fi, 0, "slow_start", broker=f.broker, factor=factor)
                 add(T + D, fi, 1, "slow_end", broker=f.broker, factor=factor)
             elif f.kind == "reassign":
-                # "reassign_settle" (completion) is scheduled when the reassignment starts
                 add(T, fi, 0, "reassign", gp=self._gp(f.topic, f.partition), replicas=f.replicas)
             elif f.kind == "cancel-reassign":
                 add(T, fi, 0, "cancel", gp=self._gp(f.topic, f.partition))
@@ -1287,11 +1247,8 @@ class _Sim:
                 add(T, fi, 0, "elect", gp=gp, election=f.election, target=f.target)
             elif f.kind == "config":
                 add(T, fi, 0, "config", topic=f.topic, partition=f.partition, config=dict(f.config))
-        if self.rebalance_ms and self.rebalance_ms > 0:
-            for k in range(1, self.duration // self.rebalance_ms + 1):
-                add(k * self.rebalance_ms, -1, 0, "rebalance")
         acts = [x for x in acts if x[0] < self.duration]
-        acts.sort(key=lambda x: (x[0], x[1] if x[1] >= 0 else 1 << 30, x[2]))
+        acts.sort(key=lambda x: (x[0], x[1], x[2]))
         return acts
 
     def _expand_clean(self, add, fi, step0, bk, T, D, sub=0):
@@ -1305,15 +1262,8 @@ class _Sim:
         add(t_up + int(fr.integers(500, 3001)), fi, step0 + 4, "unfence", broker=bk, sub=sub)
 
     def apply(self, t: int, fi: int, name: str, kw: dict, dead: set) -> list[dict]:
-        """Run one action at time t; returns rows. A fault whose first action
-        cannot happen is skipped entirely (its later actions too). Then the
-        leader belief follows the controller (``_settle``)."""
-        before = self.leader.copy()
-        rows = self._apply(t, fi, name, kw, dead)
-        self._settle(t, before)
-        return rows
-
-    def _apply(self, t: int, fi: int, name: str, kw: dict, dead: set) -> list[dict]:
+        """Run one environment action at time t; returns its rows. A fault whose first action
+        cannot happen is skipped entirely (its later actions too)."""
         key = (fi, kw.get("sub", 0))
         if key in dead:
             return []
@@ -1339,20 +1289,7 @@ class _Sim:
             self.last_clean[b] = clean
             rows.append({"type": "BrokerCrash", "broker": b, "clean": clean})
             if not clean:
-                hosted = np.flatnonzero((self.rep == b).any(axis=1))
-                pick = hosted[self.frng.random(hosted.size) < kw["frac"]]
-                lose = kw.get("lose")
-                for p in pick.tolist():
-                    prod = int(self.produced[p])
-                    if lose is None:
-                        recent = max(1, int(self.rate[p] * self.rec_mean[self.topic_of[p]] * 2))
-                        lost = int(self.frng.integers(1, recent + 1))
-                    elif lose.endswith("%"):
-                        lost = max(1, int(math.ceil(prod * int(lose[:-1]) / 100.0)))
-                    else:
-                        lost = int(lose)
-                    rows.append({"type": "ReplicaLogLoss", **self._tp(p), "broker": b,
-                                 "log_end_offset": max(0, prod - lost)})
+                rows += self._log_loss(b, kw)
         elif name == "fence":
             if not self.fenced[b]:
                 self.fenced[b] = True
@@ -1367,11 +1304,6 @@ class _Sim:
             self.fenced[b] = True
             rows.append({"type": "BrokerRegister", "broker": b, "broker_epoch": self.epoch_counter,
                          "previous_broker_epoch": prev})
-            if prev < 0:  # unclean shutdown: out of every ISR and ELR
-                ps = np.flatnonzero(self.isr[:, b] | self.elr[:, b])
-                new_isr = self.isr[ps]
-                new_isr[:, b] = False
-                self._set_isr(ps, new_isr, unclean_out=b)
         elif name == "unfence":
             if self.alive[b] and self.fenced[b] and self.ctrl_cut[b] == 0 and self.isolated[b] == 0:
                 self.fenced[b] = False
@@ -1397,150 +1329,93 @@ class _Sim:
             if kw["factor"] in self.slow_list[b]:
                 self.slow_list[b].remove(kw["factor"])
             self.slow[b] = max(self.slow_list[b], default=1.0)
-        elif name == "reassign":
-            # Kafka: replicas = target + removing (sorted), the leader stays while it is valid
-            p, reps = kw["gp"], tuple(kw["replicas"])
-            cur = [int(x) for x in self.rep[p] if x > 0]
-            self.reassign_adding[p] = sorted(set(reps) - set(cur))
-            self.reassign_target[p] = reps
-            self._set_reps(p, list(reps) + sorted(set(cur) - set(reps)), t)
-            rows.append({"type": "Reassign", **self._tp(p), "replicas": list(reps)})
-            self.reassign_due[p] = None
-            self.reassign_fi[p] = fi
-            self._schedule_reassign_done(p, t)
-        elif name == "reassign_settle":
-            # completed (all target replicas caught up): removing replicas leave; a removed
-            # leader is replaced by the first valid target replica (_settle)
-            p, reps = kw["gp"], tuple(kw["replicas"])
-            if self.reassign_target.get(p) == reps and self.reassign_due.get(p) == kw["token"]:
-                del self.reassign_target[p], self.reassign_adding[p], self.reassign_due[p]
-                self._set_reps(p, list(reps), t)
-                self._keep_replicas(p)
-                self._grace.append(p)
-        elif name == "cancel":
+        elif name in ("reassign", "cancel"):
+            # the core decides the replica list (target + removing while in progress) and when
+            # the reassignment completes; the fetcher slots follow it (_observe)
             p = kw["gp"]
-            if p in self.reassign_target:
-                adding = self.reassign_adding.pop(p)
-                del self.reassign_target[p], self.reassign_due[p]
-                self._set_reps(p, [int(x) for x in self.rep[p] if x > 0 and x not in adding], t)
-                self._keep_replicas(p)
-            rows.append({"type": "Reassign", **self._tp(p), "replicas": None})
+            self.moving.add(p)
+            rows.append({"type": "Reassign", **self._tp(p),
+                         "replicas": list(kw["replicas"]) if name == "reassign" else None})
         elif name == "elect":
             et, gp = kw["election"], kw["gp"]
-            ps = range(self.P) if gp is None else [gp]
-            for p in ps:
+            for p in (range(self.P) if gp is None else [gp]):
                 r = {"type": "ElectLeaders", **self._tp(p), "election_type": et}
                 if kw.get("target") is not None:
                     r["target"] = kw["target"]
                 rows.append(r)
-            ps = np.arange(self.P) if gp is None else np.array([gp])
-            if et == "PREFERRED":
-                self._elect(ps, preferred=True)
-            elif et == "DESIGNATED":
-                tgt = kw["target"]
-                if self.leader[gp] == 0 and self._acceptable()[tgt] and (self.rep[gp] == tgt).any():
-                    if self.leader[gp] != tgt:
-                        self.lke[gp] = 0
-                    if not self.isr[gp, tgt] and not (not self.isr[gp].any() and self.elr[gp, tgt]):
-                        self.isr[gp] = False   # unclean: the target alone
-                        self.elr[gp] = False
-                    self.isr[gp, tgt] = True
-                    self.elr[gp, tgt] = False
-                    self.leader[gp] = tgt
-            else:  # UNCLEAN: only leaderless partitions
-                self._elect(ps[self.leader[ps] == 0], unclean=True)
         elif name == "config":
             r = {"type": "AlterConfig", "topic": kw["topic"], "config": kw["config"]}
             if kw.get("partition") is not None:
                 r["partition"] = kw["partition"]
             rows.append(r)
-            ps = np.arange(self.P) if kw.get("partition") is None else np.array([self._gp(kw["topic"], kw["partition"])])
-            ps = ps[self.topic_of[ps] == self.topics.index(kw["topic"])]
-            for q in ps.tolist():
-                self.min_isr_p[q], self.unclean_p[q] = self._cfg_vals(
-                    kw["config"], int(self.min_isr_p[q]), bool(self.unclean_p[q]))
-        elif name == "rebalance":
-            # auto.leader.rebalance: the preferred replica takes over where it is a valid leader
-            pref = self.rep[:, 0]
-            ps = np.flatnonzero((self.leader != pref) & self._acceptable()[pref] & self.isr[np.arange(self.P), pref])
-            self.lke[ps] = 0
-            self.leader[ps] = pref[ps]
         for r in rows:
             r["ts_ms"] = t
         return rows
 
-    def _schedule_reassign_done(self, p: int, t: int) -> None:
-        """Schedule the completion of p's reassignment (in progress since t or earlier) if it can
-        be foreseen now. The controller completes it as soon as every adding replica is in the
-        ISR: with nothing to add at once; with immediate delivery, once every adding replica and
-        the leader are up and reachable (re-checked after every action), about when each adding
-        replica fetches for the second time (the first fetch copies the log, the second reports
-        the new LEO); with explicit delivery ``reassign_settle_ms`` after the start. The estimate
-        may be early: the new leader keeps fetching as a follower for a grace period
-        (``_GRACE_MS``) so that the engine completes it anyway."""
-        adding = self.reassign_adding[p]
-        if not adding:
-            done = t
-        elif self.delivery != "immediate":
-            done = t + self.settle_ms
-        else:
-            ok = self._up() & self._reachable()
-            if not ok[adding].all() or not ok[self.leader[p]]:
-                return
-            slots = np.flatnonzero(np.isin(self.rep[p], adding))
-            second = self.fetch_next[p, slots] + self.fetch_base[p, slots] * self.slow[adding]
-            done = max(t, int(math.ceil(float(second.max())))) + 1
-        self._n_token += 1
-        self.reassign_due[p] = self._n_token
-        self._schedule(done, self.reassign_fi[p], 1, "reassign_settle", gp=p,
-                       replicas=self.reassign_target[p], token=self._n_token)
-
-    def _schedule(self, t: int, fi: int, step: int, name: str, **kw) -> None:
-        """Add an action during the run (same order rules as ``expand``)."""
-        if t >= self.duration:
-            return
-        self._n_act += 1
-        heapq.heappush(self._heap, (t, fi if fi >= 0 else 1 << 30, step, self._n_act, (t, fi, step, name, kw)))
-
-    def _keep_replicas(self, p: int) -> None:
-        """A replica set change (reassignment completed / cancelled): ISR and ELR keep only
-        replicas; a leader outside the new replicas is replaced by ``_settle``."""
-        mask = np.zeros(self.N + 1, bool)
-        mask[self.rep[p][self.rep[p] > 0]] = True
-        self.isr[p] &= mask
-        self.elr[p] &= mask
-
-    def _set_reps(self, p: int, reps: list[int], t: int) -> None:
-        old = self.rep[p].copy()
-        self.rep[p] = 0
-        self.rep[p, : len(reps)] = reps
-        changed = np.flatnonzero(self.rep[p] != old)
-        if changed.size:  # a new occupant of a slot starts with a fresh phase
-            self.fetch_next[p, changed] = t + self.frng.random(changed.size) * self.fetch_base[p, changed]
+    def _log_loss(self, b: int, kw: dict) -> list[dict]:
+        """An unclean crash: a fraction of b's partitions lose the tail of b's log (the log end
+        offset the core holds for b's replica)."""
+        core = self.core
+        hosted = np.flatnonzero((self.rep == b).any(axis=1))
+        pick = hosted[self.frng.random(hosted.size) < kw["frac"]]
+        lose = kw.get("lose")
+        rows = []
+        for p in pick.tolist():
+            leo = int(core.leo(core.parts[p], b))
+            if lose is None:
+                recent = max(1, int(self.rate[p] * self.rec_mean[self.topic_of[p]] * 2))
+                lost = int(self.frng.integers(1, recent + 1))
+            elif lose.endswith("%"):
+                lost = max(1, int(math.ceil(leo * int(lose[:-1]) / 100.0)))
+            else:
+                lost = int(lose)
+            rows.append({"type": "ReplicaLogLoss", **self._tp(p), "broker": b,
+                         "log_end_offset": max(0, leo - lost)})
+        return rows
 
     # ---------------------------------------------------------------- driver
     def run(self) -> None:
         self.bootstrap()
         acts = self.expand()
         grid = list(range(self.window, self.duration, self.window)) + [self.duration]
-        self._heap = [(a[0], a[1] if a[1] >= 0 else 1 << 30, a[2], i, a) for i, a in enumerate(acts)]
-        heapq.heapify(self._heap)
-        self._n_act = len(acts)
         dead: set = set()
-        cur, gi = 0, 0
-        while gi < len(grid) or self._heap:
+        cur, gi, ai = 0, 0, 0
+        while gi < len(grid) or ai < len(acts):
             bnd = min(grid[gi] if gi < len(grid) else self.duration,
-                      self._heap[0][0] if self._heap else self.duration)
+                      acts[ai][0] if ai < len(acts) else self.duration)
             if bnd > cur:
                 self.steady(cur, bnd)
                 cur = bnd
             while gi < len(grid) and grid[gi] <= bnd:
                 gi += 1
             rows: list[dict] = []
-            while self._heap and self._heap[0][0] == bnd:
-                t, fi, _step, name, kw = heapq.heappop(self._heap)[4]
+            while ai < len(acts) and acts[ai][0] == bnd:
+                t, fi, _step, name, kw = acts[ai]
+                ai += 1
                 rows += self.apply(t, fi, name, kw, dead)
             self._emit_rows(rows)
+        self.core.drain()
+
+
+def _make_core(engine_config: Mapping[str, str], seed: int, stop: bool):
+    """The protocol core the simulator drives: conf/engine.properties + the stream's engine config,
+    exactly what `isrflow replay --set` of the manifest's engine_config builds."""
+    from conf import load_defaults
+    from protocol.config import ConfigError
+
+    from jobs.sim_core import CoreDriver
+    try:
+        return CoreDriver({**dict(load_defaults()), **engine_config}, seed=seed, stop_on_violation=stop)
+    except ConfigError as e:
+        raise ValueError(f"config: {e}") from None
+
+
+def _core_summary(core) -> dict:
+    """What the core reported while it was driven: its refusals of simulator rows (a simulator
+    bug when not empty) and the protocol invariants it saw broken."""
+    return {"rejected_rows": len(core.rejected), "first_rejection": core.rejected[0] if core.rejected else None,
+            "violations": core.violations, "first_violation": core.first_violation,
+            "final_state_sha256": core.final_state_digest()}
 
 
 def simulate(
@@ -1574,6 +1449,8 @@ def simulate(
     log_loss_fraction: float = 0.5,
     window_ms: int = 10_000,
     overwrite: bool = False,
+    config: Mapping[str, str] | None = None,
+    stop_on_violation: bool = False,
 ) -> dict:
     """Generate a stream directory; returns a summary dict.
 
@@ -1586,6 +1463,15 @@ def simulate(
     ConsumerFetch requests); rates, ``records_per_produce``, ``acks_mix`` and
     ``topic_config`` may be given per topic as {topic: value, "default": value}.
     ``faults`` and ``scenario`` combine (scenario faults first).
+
+    ``config``: engine config overrides (Kafka names, as ``isrflow replay --set``). The stream is
+    simulated closed-loop against the protocol core under that config (on top of
+    conf/engine.properties) and the manifest's ``engine_config`` records it, so the replay must use
+    it: a what-if of two configs means two streams from the same seed, each simulated under its
+    own config. ``stop_on_violation``: raise ``SimulationViolation`` (seed, step) at the first
+    protocol invariant the core reports; otherwise they are counted in the summary.
+    ``leader_imbalance_interval_ms`` sets ``leader.imbalance.check.interval.seconds`` when it is
+    not the default; ``reassign_settle_ms`` is ignored (the core completes reassignments).
     """
     t_start = time.perf_counter()
     if scenario is not None and scenario not in SCENARIOS:
@@ -1674,6 +1560,14 @@ def simulate(
     est_rows_per_s = max(1e-9, n_parts * per_part)
     window_ms = int(min(window_ms, max(100, (_MAX_WINDOW_ROWS / est_rows_per_s * 1000.0) // 100 * 100)))
 
+    engine_config: dict[str, str] = {}
+    if delivery == "explicit":
+        engine_config = {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit"}
+    if int(leader_imbalance_interval_ms) != 300_000:
+        engine_config["leader.imbalance.check.interval.seconds"] = str(max(1, int(leader_imbalance_interval_ms) // 1000))
+    engine_config.update({str(k): str(v) for k, v in (config or {}).items()})
+    core = _make_core(engine_config, int(seed), bool(stop_on_violation))
+
     writer = _StreamWriter(out, fmt, int(rows_per_file))
     sim = _Sim(brokers=brokers, racks=racks, topics=topic_names, partitions=partitions, rf=rf,
                duration_ms=duration_ms, min_isr=min_isr, topic_config=tcfg,
@@ -1682,15 +1576,16 @@ def simulate(
                consumer_rate=consumer_rate, delivery=delivery,
                metadata_interval_ms=int(metadata_interval_ms),
                alter_partition_interval_ms=int(alter_partition_interval_ms),
-               session_timeout_ms=int(session_timeout_ms),
-               leader_imbalance_interval_ms=int(leader_imbalance_interval_ms),
-               reassign_settle_ms=int(reassign_settle_ms), window_ms=int(window_ms),
+               session_timeout_ms=int(session_timeout_ms), window_ms=int(window_ms),
                log_loss_fraction=float(log_loss_fraction), faults=fault_list,
                steady_rng=np.random.Generator(np.random.PCG64(steady_ss)),
                fault_rng=np.random.Generator(np.random.PCG64(fault_ss)), writer=writer,
-               stale_rng=np.random.Generator(np.random.PCG64(stale_ss)))
-    sim.run()
-    writer.close()
+               stale_rng=np.random.Generator(np.random.PCG64(stale_ss)), core=core)
+    try:
+        sim.run()
+    finally:
+        writer.close()
+    core_report = _core_summary(core)
 
     def jsonable(v):
         if isinstance(v, Mapping):
@@ -1714,9 +1609,6 @@ def simulate(
         "reassign_settle_ms": int(reassign_settle_ms), "log_loss_fraction": float(log_loss_fraction),
         "window_ms": int(window_ms),
     }
-    engine_config = {}
-    if delivery == "explicit":
-        engine_config = {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit"}
     manifest = {
         "generator": "isrflow.simulate/1",
         # same parameters + same library versions -> same bytes
@@ -1728,6 +1620,7 @@ def simulate(
         "last_ts_ms": duration_ms,
         "counts": dict(sorted(sim.counts.items())),
         "skipped_faults": sim.skipped,
+        "core": core_report,
     }
     (out / "_simulation.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return {
@@ -1736,7 +1629,7 @@ def simulate(
         "rf": rf, "duration_ms": duration_ms, "seed": int(seed), "scenario": scenario,
         "faults": [f.spec() for f in fault_list], "skipped_faults": sim.skipped,
         "counts": dict(sorted(sim.counts.items())), "engine_config": engine_config,
-        "stale_leader_produces": sim.n_stale,
+        "stale_leader_produces": sim.n_stale, "core": core_report,
         "elapsed_s": round(time.perf_counter() - t_start, 3),
     }
 
@@ -1766,7 +1659,31 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--tick-interval", type=parse_duration, default="15s")
     p.add_argument("--delivery", default="immediate", choices=["immediate", "explicit"])
     p.add_argument("--overwrite", action="store_true", help="replace an existing stream in --out")
+    p.add_argument("--config", dest="engine_config_file", default=None,
+                   help="engine config file the stream is simulated (and must be replayed) under")
+    p.add_argument("--set", dest="engine_set", action="append", metavar="KEY=VALUE", default=None,
+                   help="engine config override (Kafka names), e.g. eligible.leader.replicas.enable=false; "
+                        "recorded in the manifest's engine_config")
+    p.add_argument("--stop-on-violation", action="store_true",
+                   help="stop at the first protocol invariant violation, naming the seed and step")
     return p
+
+
+def _config_from_args(ns: argparse.Namespace) -> dict[str, str]:
+    cfg: dict[str, str] = {}
+    path = getattr(ns, "engine_config_file", None)
+    if path:
+        from conf import parse_config_file
+        try:
+            cfg.update(parse_config_file(path))
+        except OSError as e:
+            raise ValueError(f"--config {path}: {e}") from None
+    for kv in getattr(ns, "engine_set", None) or []:
+        if "=" not in kv:
+            raise ValueError(f"--set {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        cfg[k.strip()] = v.strip()
+    return cfg
 
 
 def run_from_args(ns: argparse.Namespace) -> dict:
@@ -1775,7 +1692,8 @@ def run_from_args(ns: argparse.Namespace) -> dict:
         racks=ns.racks, min_isr=ns.min_isr, duration_ms=ns.duration, seed=ns.seed, faults=ns.faults,
         scenario=ns.scenario, fmt=ns.fmt, rows_per_file=ns.rows_per_file, produce_rate=ns.produce_rate,
         consumer_rate=ns.consumer_rate, tick_interval_ms=ns.tick_interval, delivery=ns.delivery,
-        overwrite=ns.overwrite)
+        overwrite=ns.overwrite, config=_config_from_args(ns),
+        stop_on_violation=bool(getattr(ns, "stop_on_violation", False)))
     return summary
 
 
@@ -1784,7 +1702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = p.parse_args(argv)
     try:
         summary = run_from_args(ns)
-    except (ValueError, FileExistsError) as e:
+    except (ValueError, FileExistsError, SimulationViolation) as e:
         print(f"isrflow simulate: error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(summary, indent=1))

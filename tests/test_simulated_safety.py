@@ -5,6 +5,10 @@
   rows rewritten to say so): committed data is lost (LeaderCompleteness / AckedRecordsDurable /
   HighWatermarkMonotonic). This paired negative is what makes the zero above mean something.
 
+A third run simulates each schedule closed-loop under the unsafe configuration itself (the simulator
+drives the protocol core under that config, so clients follow the leaders the unsafe core elects):
+committed data is lost there too, and the simulator's own core saw the same violations.
+
 Only schedules that pass both are kept. The simulator presets `rolling-restart`, `zone-outage`
 (6 brokers), `flaky-network` and `reassignment` are *not* in the set: they never lose data even under
 the unsafe configuration (clean restarts, or one lossy crash while the ISR has other members), so
@@ -73,9 +77,27 @@ def test_simulated_schedules_safe_and_their_unsafe_pair_loses_data(name, tmp_pat
         base = s.get("engine_config") or {}
         safe = replay(str(out), base, unsafe=False)
         assert not safe, (name, seed, safe[:2])
+        assert s["core"]["violations"] == 0 and s["core"]["rejected_rows"] == 0
         bad = replay(str(out), dict(base, **UNSAFE), unsafe=True)
         names = {v["invariant"] for v in bad}
         assert names & LOSS, (name, seed, sorted(names))
+
+
+@pytest.mark.parametrize("name", list(SCHEDULES))
+def test_unsafe_config_simulated_closed_loop_loses_data(name, tmp_path):
+    """The what-if done the closed-loop way: the same fault schedule and workload simulated under
+    the unsafe configuration itself (clients follow the leaders the unsafe core elects). Committed
+    data is lost on every seed; the simulator's core, checking the invariants after every step,
+    sees exactly the violations the replay reports."""
+    unsafe_topic = {"unclean.leader.election.enable": "true"}
+    for seed in SEEDS:
+        out = tmp_path / f"s{seed}"
+        s = simulate(str(out), seed=seed, partitions=4, duration_ms=90_000, fmt="parquet",
+                     config=UNSAFE,
+                     **dict(SCHEDULES[name], min_isr=1, topic_config=unsafe_topic))
+        bad = replay(str(out), s["engine_config"], unsafe=False)
+        assert {v["invariant"] for v in bad} & LOSS, (name, seed)
+        assert s["core"]["violations"] == len(bad) and s["core"]["rejected_rows"] == 0
 
 
 # seeds kept by the paired-negative criterion (17 and 25 lose nothing even when unsafe: dropped)

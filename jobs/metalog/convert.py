@@ -20,10 +20,20 @@ try:
 except Exception:                                   # pragma: no cover
     TOPIC_KEYS = frozenset({"min.insync.replicas", "unclean.leader.election.enable", "unclean.recovery.strategy"})
 
-from .reader import Issue, MetaLog
+from .reader import Issue, MetaLog, gc_paused
+
+try:                                                # compact JSON; orjson (a dependency) is ~15x faster
+    from orjson import dumps as dumps_bytes
+
+    def _JSON(obj) -> str:
+        return dumps_bytes(obj).decode()
+except ImportError:                                 # pragma: no cover - same JSON text, slower
+    _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+    def dumps_bytes(obj) -> bytes:
+        return _JSON(obj).encode()
 
 NO_LEADER = -1
-_JSON = json.JSONEncoder(separators=(",", ":")).encode
 LRS = {0: "RECOVERED", 1: "RECOVERING"}
 
 # Settings the imported stream needs so that the engine's leaders ask for exactly the ISR changes the log shows
@@ -76,18 +86,7 @@ class Result:
     counts: dict = field(default_factory=dict)
     snapshot_checks: dict = field(default_factory=dict)
     history_start: int | None = None
-
-
-class _After:
-    """The partition as it was right after one record (pending records are classified later)."""
-
-    __slots__ = ("topic", "pid", "replicas", "isr", "elr", "lkelr", "leader", "le", "pe", "lrs", "adding",
-                 "removing")
-
-    def __init__(self, part: Part, st: tuple):
-        self.topic, self.pid = part.topic, part.pid
-        (self.replicas, self.isr, self.elr, self.lkelr, self.leader, self.le, self.pe, self.lrs, self.adding,
-         self.removing) = st
+    kafka_records_table: object = None       # kafka_records as Arrow (set by the importer)
 
 
 def _pname(p: Part) -> str:
@@ -127,18 +126,20 @@ class Converter:
 
     def row(self, r, cause=None, seq_lo=None, seq_hi=None, part: Part | None = None, extra=None,
             after=None) -> dict:
-        d = r.data
-        row = {"offset": r.offset, "batch_base_offset": r.base_offset, "raft_epoch": r.epoch, "append_ms": r.ts,
-               "file": r.file, "position": r.pos, "batch": r.batch, "control": r.control,
-               "record_type": r.type, "version": r.version,
-               "data": _JSON(d) if d is not None else None,
-               "cause": cause, "seq_first": seq_lo, "seq_last": seq_hi}
-        if part is not None:
-            st = part.snap() if after is None else after
-            repl, isr, elr, lk, leader, le, pe, lrs, add, rem = st
-            row.update(topic=part.topic, topic_id=part.tid, partition=part.pid, leader=leader, isr=isr, elr=elr,
-                       last_known_elr=lk, replicas=repl, adding=add, removing=rem,
-                       leader_recovery_state=LRS.get(lrs, str(lrs)), leader_epoch=le, partition_epoch=pe)
+        file, pos, base, offset, epoch, ts, control, type_, _key, version, d, _snap, batch = r
+        data = _JSON(d) if d is not None else None
+        if part is None:
+            row = {"offset": offset, "batch_base_offset": base, "raft_epoch": epoch, "append_ms": ts,
+                   "file": file, "position": pos, "batch": batch, "control": control, "record_type": type_,
+                   "version": version, "data": data, "cause": cause, "seq_first": seq_lo, "seq_last": seq_hi}
+        else:
+            repl, isr, elr, lk, leader, le, pe, lrs, add, rem = part.snap() if after is None else after
+            row = {"offset": offset, "batch_base_offset": base, "raft_epoch": epoch, "append_ms": ts,
+                   "file": file, "position": pos, "batch": batch, "control": control, "record_type": type_,
+                   "version": version, "data": data, "cause": cause, "seq_first": seq_lo, "seq_last": seq_hi,
+                   "topic": part.topic, "topic_id": part.tid, "partition": part.pid, "leader": leader, "isr": isr,
+                   "elr": elr, "last_known_elr": lk, "replicas": repl, "adding": add, "removing": rem,
+                   "leader_recovery_state": LRS.get(lrs) or str(lrs), "leader_epoch": le, "partition_epoch": pe}
         if extra:
             row.update(extra)
         return row
@@ -558,31 +559,31 @@ class Converter:
     def _classify(self, r, before, part: Part, after) -> None:
         d = r.data
         b_repl, b_isr, b_elr, b_lk, b_leader, _le, _pe, _lrs, b_add, b_rem = before
-        p = _After(part, after)
-        T, P = p.topic, p.pid
+        a_repl, a_isr, _elr, _lk, a_leader, _le, _pe, _lrs, a_add, a_rem = after
+        T, P = part.topic, part.pid
         if "replicas" in d:
-            if p.adding or p.removing:
-                target = [x for x in p.replicas if x not in p.removing]
+            if a_add or a_rem:
+                target = [x for x in a_repl if x not in a_rem]
                 s = self.emit({"type": "Reassign", "topic": T, "partition": P, "replicas": target})
                 self.add_row(self.row(r, "Reassign", s, s, part, after=after))
             elif b_add or b_rem:
                 if "isr" in d:
-                    s0, s1 = self.fetches(T, P, b_leader, [x for x in p.isr if x not in b_isr] or list(b_add))
+                    s0, s1 = self.fetches(T, P, b_leader, [x for x in a_isr if x not in b_isr] or list(b_add))
                     self.add_row(self.row(r, "AlterPartition", s0, s1, part, {"reassignment": "completed"}, after=after))
                 else:
                     s = self.emit({"type": "Reassign", "topic": T, "partition": P, "replicas": None})
                     self.add_row(self.row(r, "Reassign", s, s, part, {"reassignment": "cancelled"}, after=after))
             else:
-                s = self.emit({"type": "Reassign", "topic": T, "partition": P, "replicas": list(p.replicas)})
+                s = self.emit({"type": "Reassign", "topic": T, "partition": P, "replicas": list(a_repl)})
                 self.add_row(self.row(r, "Reassign", s, s, part, after=after))
             return
         if "leader" in d:
-            new = p.leader
+            new = a_leader
             if new != NO_LEADER and (d.get("leaderRecoveryState") == 1 or (new not in b_isr and new not in b_elr)):
                 s = self.emit({"type": "ElectLeaders", "topic": T, "partition": P, "election_type": "UNCLEAN"})
                 self.add_row(self.row(r, "ElectLeaders", s, s, part, {"election_type": "UNCLEAN"}, after=after))
                 return
-            if new != NO_LEADER and p.replicas and new == p.replicas[0] and new != b_leader:
+            if new != NO_LEADER and a_repl and new == a_repl[0] and new != b_leader:
                 s = self.emit({"type": "ElectLeaders", "topic": T, "partition": P, "election_type": "PREFERRED"})
                 self.add_row(self.row(r, "ElectLeaders", s, s, part, {"election_type": "PREFERRED"}, after=after))
                 return
@@ -590,13 +591,13 @@ class Converter:
             self.add_row(self.row(r, "Unexplained", None, None, part, after=after))
             return
         if "isr" in d and b_leader != NO_LEADER:
-            removed = [x for x in b_isr if x not in p.isr]
-            added = [x for x in p.isr if x not in b_isr]
+            removed = [x for x in b_isr if x not in a_isr]
+            added = [x for x in a_isr if x not in b_isr]
             s0 = s1 = None
             if removed:
                 s0 = self.emit({"type": "Produce", "topic": T, "partition": P, "broker": b_leader, "records": 1,
                                 "acks": 1})
-                for f in p.isr:
+                for f in a_isr:
                     if f != b_leader and f in b_isr:
                         self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
                         self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
@@ -640,6 +641,11 @@ class Converter:
 
 
 def convert(ml: MetaLog) -> Result:
+    with gc_paused():
+        return _convert(ml)
+
+
+def _convert(ml: MetaLog) -> Result:
     c = Converter()
     res = c.res
     res.issues.extend(ml.issues)

@@ -6,33 +6,37 @@ import shutil
 import time
 from pathlib import Path
 
-from .convert import convert
-from .reader import read_metadata
+import pyarrow as pa
+
+from .convert import convert, dumps_bytes
+from .reader import gc_paused, read_metadata
 
 ROWS_PER_FILE = 100_000
 
 
 def write_stream(events: list[dict], out: Path) -> list[str]:
+    """The events as JSON lines (null fields left out), ROWS_PER_FILE rows a file."""
     out.mkdir(parents=True, exist_ok=True)
     names = []
-    enc = json.JSONEncoder(separators=(",", ":")).encode
     for i in range(0, max(len(events), 1), ROWS_PER_FILE):
         name = f"metalog-{i // ROWS_PER_FILE:05d}.jsonl"
-        with (out / name).open("w") as fh:
-            for ev in events[i:i + ROWS_PER_FILE]:
-                fh.write(enc({k: v for k, v in ev.items() if v is not None}))
-                fh.write("\n")
+        lines = [dumps_bytes(ev if None not in ev.values() else {k: v for k, v in ev.items() if v is not None})
+                 for ev in events[i:i + ROWS_PER_FILE]]
+        lines.append(b"")
+        (out / name).write_bytes(b"\n".join(lines))
         names.append(name)
     return names
 
 
-def write_table(tables_dir, name: str, rows: list[dict]) -> None:
+def write_table(tables_dir, name: str, rows) -> None:
+    """`rows` (dicts, or an Arrow table already built with rows_to_arrow) as the Delta table `name`."""
     from deltalake import write_deltalake
 
     from schemas.tables import rows_to_arrow
     path = Path(tables_dir) / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_deltalake(str(path), rows_to_arrow(name, rows), mode="overwrite", schema_mode="overwrite")
+    table = rows if isinstance(rows, pa.Table) else rows_to_arrow(name, rows)
+    write_deltalake(str(path), table, mode="overwrite", schema_mode="overwrite")
 
 
 def settings_text(settings: dict) -> str:
@@ -43,6 +47,11 @@ def settings_text(settings: dict) -> str:
 
 
 def import_metadata(src, out, tables=None, overwrite: bool = False, log=None) -> dict:
+    with gc_paused():           # millions of small acyclic objects (see reader.gc_paused)
+        return _import_metadata(src, out, tables, overwrite)
+
+
+def _import_metadata(src, out, tables, overwrite) -> dict:
     t0 = time.perf_counter()
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -56,7 +65,9 @@ def import_metadata(src, out, tables=None, overwrite: bool = False, log=None) ->
     files = write_stream(res.events, out)
     (out / "_import.properties").write_text(settings_text(res.settings))
     table_dir = Path(tables) if tables else out / "_tables"
-    write_table(table_dir, "kafka_records", res.kafka_records)
+    from schemas.tables import rows_to_arrow
+    res.kafka_records_table = rows_to_arrow("kafka_records", res.kafka_records)     # built once (audit reuses it)
+    write_table(table_dir, "kafka_records", res.kafka_records_table)
     t3 = time.perf_counter()
     types: dict[str, int] = {}
     for r in ml.records:

@@ -1,7 +1,8 @@
 """A synthetic metadata log written with our own encoder (tests and the import benchmark).
 
 The history is plausible KRaft: bootstrap features, three brokers register and unfence, one topic is
-created, then leaders shrink and re-expand ISRs (AlterPartition), one broker is fenced and comes back.
+created, then leaders shrink and re-expand ISRs (AlterPartition, the ISR in the order a real leader sends it),
+so that `isrflow audit` agrees with every decision of it.
 """
 from __future__ import annotations
 
@@ -86,12 +87,14 @@ def synthetic_log(n_records: int, partitions: int = 1000, batch_size: int = 500,
         touched.add(p)
         reps = assign[p]
         cur = isr[p]
+        # the ISR as a real 4.4.0 leader sends it in AlterPartition: ascending ids (protocol/broker/leader.py
+        # leader_isr_order); replica order would make every audited decision differ in ISR order only
         if len(cur) == 3:
             drop = rnd.choice(reps[1:])
-            cur = [r for r in cur if r != drop]
+            cur = sorted(r for r in cur if r != drop)
         else:
             missing = [r for r in reps if r not in cur]
-            cur = cur + missing[:1]
+            cur = sorted(cur + missing[:1])
         isr[p] = cur
         pending.append((PCR, 2, {"partitionId": p, "topicId": tid, "isr": cur}))
         if len(pending) >= batch_size:
