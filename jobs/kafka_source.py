@@ -128,7 +128,8 @@ def save_carry(carry_dir: str, last_offset: int, carry: tuple[int, int]) -> None
 
 
 # ----------------------------------------------------------------------------- the Spark side
-def make_scan_fn(topic: str, carry_dir: str, n_buckets: int, keys, chunk_rows: int = CHUNK_ROWS):
+def make_scan_fn(topic: str, carry_dir: str, n_buckets: int, keys, chunk_rows: int = CHUNK_ROWS,
+                 max_jump: int = 0):
     """The mapInArrow function: one task sees one topic partition's records of a micro-batch."""
     def scan_task(batches):
         import pyarrow as pa
@@ -141,7 +142,7 @@ def make_scan_fn(topic: str, carry_dir: str, n_buckets: int, keys, chunk_rows: i
         recs.sort(key=lambda r: (r[0], r[1]))
         ours = [r for r in recs if r[0] == PARTITION]
         carry = load_carry(carry_dir, ours[0][1]) if ours else (0, 0)
-        gen = scan_rows(record_rows(topic, recs), carry, n_buckets, chunk_rows, keep_raw=True)
+        gen = scan_rows(record_rows(topic, recs), carry, n_buckets, chunk_rows, keep_raw=True, max_jump=max_jump)
         out = []
         while True:
             try:
@@ -160,7 +161,7 @@ def make_scan_fn(topic: str, carry_dir: str, n_buckets: int, keys, chunk_rows: i
     return scan_task
 
 
-def kafka_frame(spark, spec: KafkaSpec, carry_dir: str, n_buckets: int, keys):
+def kafka_frame(spark, spec: KafkaSpec, carry_dir: str, n_buckets: int, keys, max_jump: int = 0):
     """The event rows of the topic as the file source's SCHEMA (bucket, pos, et_ms, ...)."""
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", spec.bootstrap_servers)
@@ -170,7 +171,7 @@ def kafka_frame(spark, spec: KafkaSpec, carry_dir: str, n_buckets: int, keys):
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(int(spec.max_offsets_per_trigger)))
     src = reader.load().select("partition", "offset", "value")
-    return src.mapInArrow(make_scan_fn(spec.topic, carry_dir, n_buckets, keys), SCHEMA)
+    return src.mapInArrow(make_scan_fn(spec.topic, carry_dir, n_buckets, keys, max_jump=max_jump), SCHEMA)
 
 
 # ----------------------------------------------------------------------------- publish

@@ -895,26 +895,6 @@ class _Sim:
         mean_rate = (rf - 1) * (1000.0 * math.log(hi / lo) / (hi - lo) if hi > lo else 1000.0 / lo)
         self.ap_prob = min(1.0, (1000.0 / alter_partition_interval_ms) / max(mean_rate, 1e-9))
 
-    @staticmethod
-    def _cfg_vals(cfg: Mapping[str, str], mi: int, unc: bool) -> tuple[int, bool]:
-        """(min ISR, unclean election) of a topic config, parsed by the engine's own parsers.
-        The simulator itself no longer reads topic configs (the core does); this stays only for
-        tests/test_rules_config.py::test_one_boolean_parser_for_engine_and_simulator."""
-        from protocol.config import ConfigError, parse_bool, parse_int
-        v = cfg.get("min.insync.replicas")
-        if v is not None:
-            try:
-                mi = parse_int("min.insync.replicas", v, 1)
-            except ConfigError:
-                pass
-        v = cfg.get("unclean.leader.election.enable")
-        if v is not None:
-            try:
-                unc = parse_bool("unclean.leader.election.enable", v)
-            except ConfigError:
-                unc = False
-        return mi, unc
-
     # ---------------------------------------------------------------- output
     def _emit_rows(self, rows: list[dict]) -> None:
         """Fault / bootstrap rows: fed to the core in order, then written."""

@@ -492,14 +492,16 @@ def _set_shuffle(spark, shuffle_partitions) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(int(n)))
 
 
-def _source_frame(spark, stream, checkpoint: str, n_buckets: int, max_files_per_trigger, key_shuffle: int):
+def _source_frame(spark, stream, checkpoint: str, n_buckets: int, max_files_per_trigger, key_shuffle: int,
+                  max_jump: int = 0):
     """The event rows (jobs.spark_source.SCHEMA) from a stream directory, or from a Kafka topic
-    when `stream` is a jobs.kafka_source.KafkaSpec."""
+    when `stream` is a jobs.kafka_source.KafkaSpec. max_jump: input.max.time.jump.ms, a check of
+    the whole stream, so the scan makes it (the buckets' clusters do not)."""
     carry_dir = str(Path(checkpoint).resolve() / "isrflow_carry")
     from .kafka_source import KafkaSpec, kafka_frame
     if isinstance(stream, KafkaSpec):
         from .buckets import group_keys
-        return kafka_frame(spark, stream, carry_dir, n_buckets, group_keys(n_buckets, int(key_shuffle)))
+        return kafka_frame(spark, stream, carry_dir, n_buckets, group_keys(n_buckets, int(key_shuffle)), max_jump)
     try:
         spark.dataSource.register(IsrflowSource)
     except Exception:
@@ -508,7 +510,8 @@ def _source_frame(spark, stream, checkpoint: str, n_buckets: int, max_files_per_
               .option("path", str(Path(stream).resolve()))
               .option("carry_dir", carry_dir)
               .option("n_buckets", str(n_buckets))
-              .option("key_shuffle", str(int(key_shuffle))))
+              .option("key_shuffle", str(int(key_shuffle)))
+              .option("max_time_jump_ms", str(int(max_jump))))
     if max_files_per_trigger:
         reader = reader.option("max_files_per_trigger", str(int(max_files_per_trigger)))
     return reader.load()
@@ -520,7 +523,8 @@ def build_query(spark, stream, tables_dir: str, config: EngineConfig, checkpoint
     from pyspark.sql.streaming.state import GroupStateTimeout
     from .kafka_source import KafkaSpec
 
-    src = _source_frame(spark, stream, checkpoint, n_buckets, max_files_per_trigger, key_shuffle)
+    src = _source_frame(spark, stream, checkpoint, n_buckets, max_files_per_trigger, key_shuffle,
+                        config.max_time_jump_ms)
     # the file source's rows are re-read by position for the core's rejections; Kafka's carry their raw text
     raw_from = None if isinstance(stream, KafkaSpec) else str(Path(stream).resolve())
     df = (src.withColumn("et", F.timestamp_millis("et_ms"))

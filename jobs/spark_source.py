@@ -43,7 +43,7 @@ import pickle
 import zlib
 from pathlib import Path
 
-from protocol.cluster import PARTITION_TYPES, TOPIC_TYPES, order_reject_reason
+from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, order_reject_reason
 from schemas._derive import safe_text
 from schemas.events import EVENT_COLUMNS, validate
 
@@ -68,23 +68,24 @@ def _rej(ev: dict, raw_json: str, reason: str) -> dict:
 
 # ----------------------------------------------------------------------------- the scan
 def scan(files: list[tuple[int, str]], carry: tuple[int, int], n_buckets: int, chunk_rows: int = CHUNK_ROWS,
-         route: bool = True):
+         route: bool = True, max_jump: int = 0):
     """Read files [(index, path)] in order from `carry` = (last applied seq, stream time).
     Yields output tuples (see SCHEMA) when route, and finally returns the new carry via
-    StopIteration.value (use `run_scan`)."""
+    StopIteration.value (use `run_scan`). max_jump: input.max.time.jump.ms (0: no limit)."""
     def rows():
         for fi, path in files:
             for rowno, (raw, text, err) in enumerate(iter_file_rows(Path(path))):
                 yield (fi << 32) | rowno, raw, text, err
-    return (yield from scan_rows(rows(), carry, n_buckets, chunk_rows, route))
+    return (yield from scan_rows(rows(), carry, n_buckets, chunk_rows, route, max_jump=max_jump))
 
 
 def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CHUNK_ROWS, route: bool = True,
-              keep_raw: bool = False):
+              keep_raw: bool = False, max_jump: int = 0):
     """The scan over rows [(stream position, raw row, raw text, parse error)] in stream order (files or a Kafka
     topic partition, see jobs/kafka_source.py): validation, the global order check from `carry`, routing to
     buckets, chunking. keep_raw: an applied row carries its raw JSON instead of its position (a source that
-    cannot re-read a row by position, like Kafka, gives the core's rejections their raw text this way)."""
+    cannot re-read a row by position, like Kafka, gives the core's rejections their raw text this way).
+    max_jump: input.max.time.jump.ms, checked here for the whole stream (protocol.cluster.order_reject_reason)."""
     last_seq, max_ts = carry
     buckets: dict[int, list] = {}
     n_in = 0
@@ -134,9 +135,9 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
                     min_seq = seq
                 if max_seq is None or seq > max_seq:
                     max_seq = seq
-                scoped = typ in PARTITION_TYPES or (typ in TOPIC_TYPES and ev.get("partition") is not None)
-                if seq <= last_seq or ts < max_ts:
-                    why = order_reject_reason(typ, seq, ts, last_seq, max_ts)
+                scoped = typ in PARTITION_TYPES or (typ in NARROWABLE_TYPES and ev.get("partition") is not None)
+                if seq <= last_seq or ts < max_ts or (max_jump and ts - max_ts > max_jump and last_seq > 0):
+                    why = order_reject_reason(typ, seq, ts, last_seq, max_ts, max_jump)
                     if route:
                         b = bucket_of(ev["topic"], ev["partition"], n_buckets) if scoped else 0
                         buckets.setdefault(b, []).append((REJECTED, _rej(ev, row_to_json(raw, text), why)))
@@ -170,13 +171,14 @@ def unpack(payload: bytes) -> list:
 
 
 # ----------------------------------------------------------------------------- carries
-def _fast_file_carry(path: str, carry: tuple[int, int]):
+def _fast_file_carry(path: str, carry: tuple[int, int], max_jump: int = 0):
     """The carry after one Parquet file without the row-by-row scan, when the file's order
     check is trivially satisfied: seq / ts_ms are non-null signed integer columns, the
     first row is after `carry` and seq strictly increases / ts_ms never decreases over
     ALL rows. Then every valid row passes the check (any subset of a monotone sequence is
-    monotone) and the carry is the (seq, ts_ms) of the last valid row. None: not provable
-    this way (the caller scans the file)."""
+    monotone) and the carry is the (seq, ts_ms) of the last valid row. With a time-jump
+    limit, the file's whole time span (from the carry's time) must be within it: a subset's
+    steps are then within it too. None: not provable this way (the caller scans the file)."""
     if not path.lower().endswith(".parquet"):
         return None
     try:
@@ -199,6 +201,8 @@ def _fast_file_carry(path: str, carry: tuple[int, int]):
             return None
         if n > 1 and not (bool((sq[1:] > sq[:-1]).all()) and bool((ts[1:] >= ts[:-1]).all())):
             return None
+        if max_jump and int(ts[-1]) - (carry[1] if carry[0] > 0 else int(ts[0])) > max_jump:
+            return None
         for i in range(n - 1, max(-1, n - 1 - 1000), -1):
             row = tbl.slice(i, 1).to_pylist()[0]
             ev, _ = validate(row)
@@ -214,20 +218,20 @@ def _fast_file_carry(path: str, carry: tuple[int, int]):
         return None
 
 
-def carry_after(files, carry: tuple[int, int], n_buckets: int) -> tuple[int, int]:
+def carry_after(files, carry: tuple[int, int], n_buckets: int, max_jump: int = 0) -> tuple[int, int]:
     """The carry after reading files [(index, path)] from `carry` (exactly the scan's),
     each file proven by _fast_file_carry or else scanned without routing."""
     for fi, path in files:
-        c = _fast_file_carry(str(path), carry)
+        c = _fast_file_carry(str(path), carry, max_jump)
         if c is None:
-            _, c = run_scan([(fi, str(path))], carry, n_buckets, route=False)
+            _, c = run_scan([(fi, str(path))], carry, n_buckets, route=False, max_jump=max_jump)
         carry = c
     return carry
 
 
-def run_scan(files, carry, n_buckets, chunk_rows=CHUNK_ROWS, route=True):
+def run_scan(files, carry, n_buckets, chunk_rows=CHUNK_ROWS, route=True, max_jump=0):
     out = []
-    gen = scan(files, carry, n_buckets, chunk_rows, route)
+    gen = scan(files, carry, n_buckets, chunk_rows, route, max_jump)
     while True:
         try:
             out.append(next(gen))
@@ -258,7 +262,7 @@ def carry_path(carry_dir: str, k: int) -> str:
     return os.path.join(carry_dir, f"{k}.json")
 
 
-def load_carry(carry_dir: str, stream: str, k: int, n_buckets: int) -> tuple[int, int]:
+def load_carry(carry_dir: str, stream: str, k: int, n_buckets: int, max_jump: int = 0) -> tuple[int, int]:
     if k == 0:
         return (0, 0)
     try:
@@ -271,7 +275,7 @@ def load_carry(carry_dir: str, stream: str, k: int, n_buckets: int) -> tuple[int
     files = list_stream_files(stream)[:k]
     if len(files) < k:
         raise SourceError(f"stream {stream} has {len(files)} files, the checkpoint has consumed {k}")
-    carry = carry_after([(i, str(f)) for i, f in enumerate(files)], (0, 0), n_buckets)
+    carry = carry_after([(i, str(f)) for i, f in enumerate(files)], (0, 0), n_buckets, max_jump)
     save_carry(carry_dir, k, carry)
     return carry
 
@@ -311,6 +315,7 @@ class IsrflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.n_buckets = int(options["n_buckets"])
         self.keys = group_keys(self.n_buckets, int(options.get("key_shuffle") or 0))
         self.chunk_rows = int(options.get("chunk_rows") or CHUNK_ROWS)
+        self.max_jump = int(options.get("max_time_jump_ms") or 0)
         mf = options.get("max_files_per_trigger")
         self.max_files = int(mf) if mf not in (None, "", "None") else None
         self.target = None
@@ -358,7 +363,7 @@ class IsrflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition):
         carry = self._carry_at(partition)
-        gen = scan(partition.files, carry, self.n_buckets, self.chunk_rows)
+        gen = scan(partition.files, carry, self.n_buckets, self.chunk_rows, max_jump=self.max_jump)
         keys = self.keys
         while True:
             try:
@@ -371,9 +376,9 @@ class IsrflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _carry_at(self, partition) -> tuple[int, int]:
         k = partition.start
         if k == partition.batch_start or os.path.exists(carry_path(self.carry_dir, k)):
-            return load_carry(self.carry_dir, self.path, k, self.n_buckets)
-        carry = load_carry(self.carry_dir, self.path, partition.batch_start, self.n_buckets)
-        carry = carry_after(partition.prior, carry, self.n_buckets)
+            return load_carry(self.carry_dir, self.path, k, self.n_buckets, self.max_jump)
+        carry = load_carry(self.carry_dir, self.path, partition.batch_start, self.n_buckets, self.max_jump)
+        carry = carry_after(partition.prior, carry, self.n_buckets, self.max_jump)
         save_carry(self.carry_dir, k, carry)
         return carry
 

@@ -30,14 +30,22 @@ from .timers import advance
 from .timers import next_due as _next_due
 
 
-def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int) -> str | None:
-    """SPEC §2: seq strictly increases, ts_ms never decreases; the reason a row breaking that is dropped."""
+def order_reject_reason(typ: str, seq: int, ts: int, last_seq: int, max_ts: int,
+                        max_jump: int = 0) -> str | None:
+    """SPEC §2: seq strictly increases, ts_ms never decreases, and (max_jump > 0, once the stream
+    has a time) does not leap more than max_jump (input.max.time.jump.ms) ahead; the reason a row
+    breaking that is dropped, or None. Its callers (Cluster.apply, jobs/spark_source.scan_rows) test
+    the same conditions inline first, on the hot path, and ask for the reason only when one holds."""
     if seq <= last_seq:
         return (f"{typ} row seq {seq}: seq {seq} is not after the last applied seq "
                 f"{last_seq} (duplicate or out of order); dropped")
     if ts < max_ts:
         return (f"{typ} row seq {seq}: ts_ms {ts} goes back before the stream's time "
                 f"{max_ts} (ts_ms must not decrease with seq); dropped")
+    if max_jump and last_seq > 0 and ts - max_ts > max_jump:
+        return (f"{typ} row seq {seq}: ts_ms {ts} is {ts - max_ts} ms past the stream's time {max_ts}, "
+                f"more than input.max.time.jump.ms={max_jump} (a corrupt timestamp? every periodic "
+                f"timer would fire across the gap; --set input.max.time.jump.ms=0 lifts the limit); dropped")
     return None
 
 
@@ -63,6 +71,9 @@ class Cluster:
         self.config = config
         self.emit_global = emit_global
         self.owns = owns                  # predicate (topic, partition) -> bool; None: all
+        # the time-jump limit is a check of the whole stream: a Spark bucket (owns set) sees only its
+        # partitions' rows between the broadcast ones, and its source scan has checked the stream
+        self.max_jump = config.max_time_jump_ms if owns is None else 0
         self.brokers: dict[int, Broker] = {}
         self.topic_cfg: dict[str, dict[str, str]] = {}
         self.partitions: dict[tuple, Partition] = {}
@@ -159,8 +170,9 @@ class Cluster:
         scoped = _SCOPED[typ]
         if scoped is None:
             scoped = partition_scoped(typ, ev.get("partition"))
-        bad = order_reject_reason(typ, seq, ts, self.last_seq, self.max_ts) if (
-            seq <= self.last_seq or ts < self.max_ts) else None
+        bad = order_reject_reason(typ, seq, ts, self.last_seq, self.max_ts, self.max_jump) if (
+            seq <= self.last_seq or ts < self.max_ts or (
+                self.max_jump and ts - self.max_ts > self.max_jump and self.last_seq > 0)) else None
         if bad:
             self.reject(ev, raw, bad, scoped)
             return
@@ -464,7 +476,8 @@ EVENTS: dict[str, tuple] = {
     "Fetch":                    (Scope.PARTITION, Cluster._data, _fetch.fetch),
     "ListOffsets":              (Scope.PARTITION, Cluster._client, leader.list_offsets),
     "ConsumerFetch":            (Scope.PARTITION, Cluster._client, leader.consumer_fetch),
-    # broker-scoped: every partition hosting the broker (Tick without a broker: every partition)
+    # broker-scoped: every partition hosting the broker (Tick without a broker: every partition;
+    # a Tick naming a partition is that partition's alone: NARROWABLE_TYPES)
     "BrokerRegister":           (Scope.BROKER, lifecycle.broker_register),
     "BrokerUnfence":            (Scope.BROKER, lifecycle.broker_unfence),
     "BrokerFence":              (Scope.BROKER, lifecycle.broker_fence),
@@ -480,12 +493,15 @@ PARTITION_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.PAR
 BROKER_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.BROKER)
 TOPIC_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.TOPIC)
 EVENT_TYPES = frozenset(EVENTS)
+# types whose row belongs to one partition when it names one (a topic-scoped AlterConfig, a Tick)
+NARROWABLE_TYPES = TOPIC_TYPES | {"Tick"}
 
 
 def partition_scoped(typ: str, partition) -> bool:
     """Does this row belong to one partition (its bucket, its rejected row's key)? Partition-scoped
-    types, and a topic-scoped row that names a partition. The one place the scope rule is written."""
-    return typ in PARTITION_TYPES or (typ in TOPIC_TYPES and partition is not None)
+    types, and a narrowable row that names a partition. The one place the scope rule is written
+    (jobs/spark_source.scan_rows inlines it for speed; tests/test_event_table checks they agree)."""
+    return typ in PARTITION_TYPES or (typ in NARROWABLE_TYPES and partition is not None)
 
 
 def _bind(cl: Cluster, route: tuple):

@@ -25,6 +25,10 @@ DEFAULTS: dict[str, str] = {
     "isr.expiration.interval.ms": "",
     # Kafka's controller default (broker.session.timeout.ms); 0: sessions not modelled (SPEC §2)
     "broker.session.timeout.ms": "9000",
+    # a row whose ts_ms is more than this past the stream's time is rejected (0: no limit). Timers
+    # fire at every period they cross, so a corrupt ts_ms of 2^62 would make a replay fire a
+    # refused ISR shrink ~10^14 times; a week covers any real gap between rows of a live stream.
+    "input.max.time.jump.ms": "604800000",
     "delivery.alter_partition": "immediate",
     "delivery.metadata": "immediate",
     "output.fetch": "errors",
@@ -170,6 +174,7 @@ class EngineConfig:
         self.isr_interval_ms = (parse_int("isr.expiration.interval.ms", iv, 0) if iv
                                 else max(1, self.lag_ms // 2) if self.lag_ms > 0 else 0)
         self.session_timeout_ms = parse_int("broker.session.timeout.ms", raw["broker.session.timeout.ms"], 0)
+        self.max_time_jump_ms = parse_int("input.max.time.jump.ms", raw["input.max.time.jump.ms"], 0)
         self.ap_immediate = _choice("delivery.alter_partition", raw["delivery.alter_partition"],
                                     ("immediate", "explicit")) == "immediate"
         self.md_immediate = _choice("delivery.metadata", raw["delivery.metadata"],

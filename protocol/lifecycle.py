@@ -319,12 +319,24 @@ def metadata_sync(cl, ev):
 
 
 def tick(cl, ev):
+    """The leader's ISR-expiration check (Kafka's `isr-expiration` task, `Partition.maybeShrinkIsr`)
+    at ts_ms: on `broker`'s leader partitions (no broker: every leader), narrowed to one topic or
+    one partition when the row names them. Every partition in scope is visited (its due timers
+    fire, it is touched), so a recording that logs each partition's own check (the metadata import
+    writes one per leader-made shrink) names the partition: a broker-wide row costs a visit of all
+    its partitions."""
     b = ev.get("broker")
-    if b is None:
+    topic, pid = ev.get("topic"), ev.get("partition")
+    if b is not None:
+        cl.broker_of(ev)
+    if pid is not None:
+        parts = [cl.partition_of(ev)]
+    elif b is None:
         parts = [cl.partitions[k] for k in sorted(cl.partitions)]
     else:
-        cl.broker_of(ev)
         parts = cl.hosted(b)
+    if topic is not None and pid is None:
+        parts = [p for p in parts if p.topic == topic]
     for p in parts:
         cl.begin(p, ev["seq"], ev["ts_ms"])
         for rep in list(p.reps.values()):

@@ -385,6 +385,14 @@ class Fetch(PartitionBrokerEvent):
 class Tick(EventBase):
     type: Literal["Tick"]
     broker: Optional[BrokerId] = None  # null: every broker
+    # topic: only that topic's partitions; topic + partition: that one partition's check
+
+    @classmethod
+    def cross_check(cls, d):
+        if d["partition"] is not None and d["topic"] is None:
+            return (f"Tick names partition {d['partition']} but no topic: name both (one partition's "
+                    "ISR check), only a topic, or neither (every partition of the broker)")
+        return None
 
 
 class ListOffsets(PartitionBrokerEvent):

@@ -81,7 +81,8 @@ def emulate_spark(stream, config, n_buckets: int = 4, files_per_batch: int | Non
     wm = 0
     stats = {"n_in": 0, "applied": 0, "rejected": 0}
     for batch in batches + [[]]:
-        rows, new_carry = run_scan(batch, carry, n_buckets, chunk_rows=50) if batch else ([], carry)
+        rows, new_carry = run_scan(batch, carry, n_buckets, chunk_rows=50,
+                                   max_jump=config.max_time_jump_ms) if batch else ([], carry)
         by_b = defaultdict(list)
         for r in rows:
             by_b[r[0]].append(r[1:2] + r[3:])

@@ -240,6 +240,11 @@ EXACT = [
                            "ReplicaSnapshot, BrokerCrash, ReplicaLogLoss, AlterPartitionArrive, "
                            "AlterPartitionResponse, MetadataSync, Produce, Fetch, Tick, ListOffsets, "
                            "ConsumerFetch)"}),
+    ('{"seq":15,"ts_ms":4611686018427387903,"type":"Tick"}',
+     {"seq": 15, "reason": "Tick row seq 15: ts_ms 4611686018427387903 is 4611686018427387903 ms past the "
+                           "stream's time 0, more than input.max.time.jump.ms=604800000 (a corrupt "
+                           "timestamp? every periodic timer would fire across the gap; --set "
+                           "input.max.time.jump.ms=0 lifts the limit); dropped"}),
 ]
 
 
@@ -347,3 +352,28 @@ def test_any_rows_reach_arrow(rows):
     for name, trows in tables.items():
         rows_to_arrow(name, trows)
     rows_to_arrow("partition_state", state)
+
+
+def test_a_time_leap_is_rejected_not_replayed_period_by_period():
+    """A leaderless partition with unclean.leader.election.enable and no live replica: the periodic
+    unclean-election task fires every 300 s and changes nothing. A row at ts_ms 2^62 - 1 would make
+    it fire ~1.5e13 times (the replay never ends); input.max.time.jump.ms rejects it, names the
+    limit, and a leap inside the limit is replayed period by period as before."""
+    from tests.engine_util import rows, run_events
+    from tests.streams import S
+
+    def stream(leap_ts: int):
+        s = S().up(1, 2)
+        s.create([1, 2], config={"unclean.leader.election.enable": "true"})
+        s.at(10).crash(1); s.crash(2)
+        s.at(leap_ts).tick()
+        return s.events
+
+    out = run_events(stream(2**62 - 1))
+    [rej] = rows(out, "rejected")
+    assert rej["seq"] == len(stream(0)) and "input.max.time.jump.ms=604800000" in rej["reason"]
+    assert "ts_ms 4611686018427387903 is 4611686018427387893 ms past the stream's time 10" in rej["reason"]
+    out = run_events(stream(6 * 86_400_000), finish=False)          # six days: applied
+    assert rows(out, "rejected") == []
+    out = run_events(stream(8 * 86_400_000), {"input.max.time.jump.ms": str(9 * 86_400_000)}, finish=False)
+    assert rows(out, "rejected") == []

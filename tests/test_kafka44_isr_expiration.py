@@ -44,3 +44,35 @@ def test_explicit_interval_overrides_and_zero_means_tick_only():
     s.at(60_000).tick(1)
     out = run_events(s.events, {"replica.lag.time.max.ms": "12000", "isr.expiration.interval.ms": "0"})
     assert _first_shrink(out) == (60_000, [1, 3])
+
+
+def test_a_tick_naming_a_partition_checks_that_partition_alone():
+    """Two partitions led by 1, follower 2 lagging on both: a Tick naming t-1 shrinks t-1 only and
+    touches nothing else; a Tick naming topic t (no partition) checks both; a broker-wide Tick too."""
+    def stream(narrow: dict):
+        s = S().up(1, 2, 3)
+        s.create([1, 2, 3])
+        s.partition = 1
+        s.create([1, 2, 3])
+        for ts, step in ((100, lambda: (s.fetch(2), s.fetch(3))), (200, lambda: s.produce(1, 1, acks=1)),
+                         (300, lambda: (s.fetch(3), s.fetch(3)))):
+            for p in (0, 1):
+                s.partition = p
+                s.at(ts)
+                step()
+        s.at(60_000).add(type="Tick", broker=1, **narrow)
+        return s.events
+    cfg = {"replica.lag.time.max.ms": "12000", "isr.expiration.interval.ms": "0"}
+
+    def shrunk(out):
+        return sorted(r["partition"] for r in rows(out, "metadata_log", cause="AlterPartition"))
+
+    one = run_events(stream({"topic": "t", "partition": 1}), cfg, finish=False)
+    assert shrunk(one) == [1]
+    tick_seq = len(stream({}))
+    assert [r["partition"] for r in rows(one, "partition_state", seq=tick_seq)] == [1]
+    assert shrunk(run_events(stream({"topic": "t"}), cfg, finish=False)) == [0, 1]
+    assert shrunk(run_events(stream({"topic": "u"}), cfg, finish=False)) == []
+    assert shrunk(run_events(stream({}), cfg, finish=False)) == [0, 1]
+    bad = run_events(stream({"topic": "t", "partition": 7}), cfg, finish=False)
+    assert "unknown partition t-7" in rows(bad, "rejected")[0]["reason"]

@@ -43,6 +43,25 @@ def test_fast_carry_matches_scan(tmp_path):
     assert _fast_file_carry(str(f1), (5, 0)) is None
 
 
+def test_fast_carry_respects_the_time_jump_limit(tmp_path):
+    """A monotone file with a leap beyond input.max.time.jump.ms: the scan rejects the leap row and
+    every later one that is still far ahead, so the fast path must not answer (and agrees where it does)."""
+    leap = tmp_path / "leap.parquet"
+    _write(leap, [_ok(1, 0), _ok(2, 100), _ok(3, 10**9), _ok(4, 10**9 + 5)])
+    calm = tmp_path / "calm.parquet"
+    _write(calm, [_ok(10, 10**9 + 10), _ok(11, 10**9 + 20)])
+    for jump in (0, 1000, 10**10):
+        carry = (0, 0)
+        for fi, f in enumerate((leap, calm)):
+            _, want = run_scan([(fi, str(f))], carry, 4, route=False, max_jump=jump)
+            got = _fast_file_carry(str(f), carry, jump)
+            assert got is None or got == want, (jump, f.name, got, want)
+            carry = want
+        assert carry_after([(0, str(leap)), (1, str(calm))], (0, 0), 4, jump) == carry
+        # with the limit, rows 3 and 4 leap from ts 100; the calm file leaps from 100 too
+        assert carry == ((2, 100) if jump == 1000 else (11, 10**9 + 20))
+
+
 def test_group_keys_balanced_and_invertible():
     for n, shuf in ((16, 2), (16, 4), (7, 3), (16, 0)):
         keys = group_keys(n, shuf)

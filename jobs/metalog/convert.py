@@ -49,6 +49,8 @@ IMPORT_SETTINGS = {
     # the log does not carry) must not refuse or fence anything on top of it. A live 4.4.0 cluster under load
     # accepted a restart 6.26 s after a controlled shutdown with no second fence, which a 9 s model refused.
     "broker.session.timeout.ms": "0",
+    # a real log's rows carry wall-clock times, and a cluster may sit idle for weeks between them
+    "input.max.time.jump.ms": "0",
 }
 
 
@@ -601,7 +603,8 @@ class Converter:
                     if f != b_leader and f in b_isr:
                         self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
                         self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
-                s1 = self.emit({"type": "Tick", "broker": b_leader})
+                # the leader's own check of this partition (a broker-wide Tick would visit all its partitions)
+                s1 = self.emit({"type": "Tick", "broker": b_leader, "topic": T, "partition": P})
             if added:
                 a0, s1 = self.fetches(T, P, b_leader, added)
                 s0 = s0 or a0
@@ -636,7 +639,7 @@ class Converter:
                 last = self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": a, "target": leader})
                 first = first or last
         if first is None:
-            first = last = self.emit({"type": "Tick", "broker": leader})
+            first = last = self.emit({"type": "Tick", "broker": leader, "topic": T, "partition": P})
         return first, last
 
 
