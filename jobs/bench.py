@@ -11,6 +11,7 @@ process itself streams the rows through the core measurement (one chunk in memor
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -215,42 +216,16 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
         engines = [e for e in engines if e != "import"]
         if not engines:         # `--engines import`: no replay streams to generate
             partition_counts = ()
-    for n in partition_counts:
-        stream = str(base / f"stream-{n}")
-        t0 = time.perf_counter()
-        sim = make_stream(stream, n, events)
-        gen_s = time.perf_counter() - t0
-        span_ms = sim["duration_ms"]
-        entry = {"partitions": n, "rows": sim["rows"], "cluster_time_s": span_ms / 1000,
-                 "generate_s": round(gen_s, 2)}
-        log(f"[bench] {n} partitions: {sim['rows']:,} rows (of {events:,} asked) over "
-            f"{span_ms / 1000:.1f} s of cluster time")
-        if "local" in engines:
-            entry["core"] = core_measure(stream)
-            log(f"[bench]   core: {entry['core']['core_events_per_s']:,} events/s, "
-                f"{entry['core']['state_bytes_per_partition']} state bytes/partition")
-        for eng in engines:
-            tables = base / f"tables-{n}-{eng}"
-            shutil.rmtree(tables, ignore_errors=True)
-            argv = [isrflow, "replay", stream, "--tables", str(tables), "--engine", eng]
-            r = run_measured(argv)
-            if r["returncode"] == 0:
-                got = (r.get("summary") or {}).get("input_rows")
-                if got is not None and got != sim["rows"]:
-                    r["input_rows_mismatch"] = got
-                r["events_per_s"] = round(sim["rows"] / r["wall_s"])
-                r["real_time_factor"] = round(span_ms / 1000 / r["wall_s"], 2)
-                log(f"[bench]   {eng}: {r['events_per_s']:,} events/s, peak RSS {r['peak_rss_mb']} MB, "
-                    f"{r['real_time_factor']}x real time")
-            else:
-                log(f"[bench]   {eng}: failed: {r.get('error')}")
-            entry[eng] = r
-            shutil.rmtree(tables, ignore_errors=True)
-        if entry.get("local", {}).get("events_per_s") and entry.get("spark", {}).get("events_per_s"):
-            entry["spark_over_local"] = round(entry["spark"]["events_per_s"] / entry["local"]["events_per_s"], 2)
-        entry["bench_peak_rss_mb"] = _self_peak_rss_mb()
-        results["runs"].append(entry)
-        shutil.rmtree(stream, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        kafka = None
+        if "kafka" in engines and partition_counts:
+            # the Spark engine reading the stream from a topic of a one-broker Kafka 4.4.0 on loopback
+            # (jobs/lab/cluster.py), published first with `isrflow publish` (timed on its own)
+            from jobs.lab.cluster import KafkaCluster
+            kafka = stack.enter_context(KafkaCluster(base / "kafka", brokers=1))
+            results["kafka"] = {"brokers": 1, "bootstrap_servers": kafka.bootstrap_servers}
+        for n in partition_counts:
+            results["runs"].append(_bench_stream(isrflow, base, n, events, engines, kafka, log))
     if not work:
         shutil.rmtree(base, ignore_errors=True)
     if out_json:
@@ -258,15 +233,70 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
     return results
 
 
+def _replay_argv(isrflow: str, eng: str, stream: str, tables, kafka, topic: str) -> list[str]:
+    if eng == "kafka":
+        return [isrflow, "replay", "--source", "kafka", "--bootstrap-servers", kafka.bootstrap_servers,
+                "--topic", topic, "--tables", str(tables), "--engine", "spark"]
+    return [isrflow, "replay", stream, "--tables", str(tables), "--engine", eng]
+
+
+def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka, log) -> dict:
+    """One stream of `n` partitions: generated, the core measured, replayed by each engine."""
+    stream = str(base / f"stream-{n}")
+    t0 = time.perf_counter()
+    sim = make_stream(stream, n, events)
+    gen_s = time.perf_counter() - t0
+    span_ms = sim["duration_ms"]
+    entry = {"partitions": n, "rows": sim["rows"], "cluster_time_s": span_ms / 1000,
+             "generate_s": round(gen_s, 2)}
+    log(f"[bench] {n} partitions: {sim['rows']:,} rows (of {events:,} asked) over "
+        f"{span_ms / 1000:.1f} s of cluster time")
+    if "local" in engines:
+        entry["core"] = core_measure(stream)
+        log(f"[bench]   core: {entry['core']['core_events_per_s']:,} events/s, "
+            f"{entry['core']['state_bytes_per_partition']} state bytes/partition")
+    topic = f"isrflow-bench-{n}"
+    if kafka is not None:
+        pub = run_measured([isrflow, "publish", stream, "--bootstrap-servers", kafka.bootstrap_servers,
+                            "--topic", topic])
+        if pub["returncode"] == 0:
+            pub["records_per_s"] = round(sim["rows"] / pub["wall_s"])
+            log(f"[bench]   kafka publish: {pub['records_per_s']:,} records/s")
+        entry["kafka_publish"] = pub
+    for eng in engines:
+        tables = base / f"tables-{n}-{eng}"
+        shutil.rmtree(tables, ignore_errors=True)
+        r = run_measured(_replay_argv(isrflow, eng, stream, tables, kafka, topic))
+        if r["returncode"] == 0:
+            got = (r.get("summary") or {}).get("input_rows")
+            if got is not None and got != sim["rows"]:
+                r["input_rows_mismatch"] = got
+            r["events_per_s"] = round(sim["rows"] / r["wall_s"])
+            r["real_time_factor"] = round(span_ms / 1000 / r["wall_s"], 2)
+            log(f"[bench]   {eng}: {r['events_per_s']:,} events/s, peak RSS {r['peak_rss_mb']} MB, "
+                f"{r['real_time_factor']}x real time")
+        else:
+            log(f"[bench]   {eng}: failed: {r.get('error')}")
+        entry[eng] = r
+        shutil.rmtree(tables, ignore_errors=True)
+    for a, b in (("spark", "local"), ("kafka", "spark")):
+        if entry.get(a, {}).get("events_per_s") and entry.get(b, {}).get("events_per_s"):
+            entry[f"{a}_over_{b}"] = round(entry[a]["events_per_s"] / entry[b]["events_per_s"], 2)
+    entry["bench_peak_rss_mb"] = _self_peak_rss_mb()
+    shutil.rmtree(stream, ignore_errors=True)
+    return entry
+
+
 def format_table(results: dict) -> str:
-    hdr = ["partitions", "rows", "core ev/s", "local ev/s", "spark ev/s", "spark/local", "local RSS MB",
-           "spark RSS MB", "state B/part", "RT factor (spark)", "bench RSS MB"]
+    hdr = ["partitions", "rows", "core ev/s", "local ev/s", "spark ev/s", "spark/local", "kafka ev/s",
+           "kafka/spark", "local RSS MB", "spark RSS MB", "state B/part", "RT factor (spark)", "bench RSS MB"]
     lines = [" | ".join(hdr)]
     for e in results["runs"]:
         loc, spk, core = e.get("local", {}), e.get("spark", {}), e.get("core", {})
         lines.append(" | ".join(str(x) for x in [
             e["partitions"], e["rows"], core.get("core_events_per_s", "-"), loc.get("events_per_s", "-"),
-            spk.get("events_per_s", "-"), e.get("spark_over_local", "-"), loc.get("peak_rss_mb", "-"),
+            spk.get("events_per_s", "-"), e.get("spark_over_local", "-"),
+            e.get("kafka", {}).get("events_per_s", "-"), e.get("kafka_over_spark", "-"), loc.get("peak_rss_mb", "-"),
             spk.get("peak_rss_mb", "-"), core.get("state_bytes_per_partition", "-"),
             spk.get("real_time_factor", "-"), e.get("bench_peak_rss_mb", "-")]))
     imp = results.get("import")

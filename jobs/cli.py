@@ -293,7 +293,9 @@ def _analysis_parsers(sub) -> None:
     p = sub.add_parser("bench", help="events/s and memory of both engines on the same simulated streams")
     p.add_argument("--partitions", default="1000,10000,100000", help="comma-separated partition counts")
     p.add_argument("--events", type=int, default=1_000_000, help="events per stream")
-    p.add_argument("--engines", default="local,spark")
+    p.add_argument("--engines", default="local,spark",
+                   help="comma-separated: local, spark, kafka (the Spark engine reading a topic of a one-broker "
+                        "Kafka 4.4.0 on loopback, after `isrflow publish`), import (metadata-log import + audit)")
     p.add_argument("--out", default="bench.json", help="results as JSON")
     p.add_argument("--work", default=None, help="keep streams and tables here")
     p.set_defaults(fn=cmd_bench)

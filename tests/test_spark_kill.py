@@ -83,10 +83,11 @@ def test_kill_and_restart(tmp_path, sink):
     replay_local(str(stream), str(ref), cfg)
     tables, ck = tmp_path / "tables", tmp_path / "ck"
     log = open(tmp_path / "run.log", "ab")
-    # 1-3: self-kill (SIGKILL) at a point of the sink path of a given batch. delta-rs's commit path
-    # has had all three points tested since the first landing; it keeps the riskiest (mid-commit)
-    # so the suite stays inside its time budget, the native sink gets all three.
-    specs = ("2:mid", "4:after", "6:before") if sink == "delta-spark" else ("3:mid",)
+    # 1-2: self-kill (SIGKILL) at a point of the sink path of a given batch: mid-commit (some tables
+    # written) and after the commit (the checkpoint not yet), the two where a batch is partly or
+    # wholly in the tables; "before" (nothing written) is the delta-rs run's second point, so each
+    # sink restarts four times (a start of the native sink costs ~60 s of the suite under load).
+    specs = ("2:mid", "4:after") if sink == "delta-spark" else ("3:mid", "5:before")
     for spec in specs:
         marker = tmp_path / f"killed-{spec.replace(':', '-')}"
         p = _start(stream, tables, ck, {"ISRFLOW_TEST_KILL": spec, "ISRFLOW_TEST_KILL_MARKER": str(marker)}, log, sink)
