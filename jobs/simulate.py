@@ -124,7 +124,8 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -164,6 +165,10 @@ _TYPE_NAMES = pa.array(
 )
 _OFFSET_SPECS = pa.array(["LATEST", "EARLIEST"], pa.string())
 _ISOLATIONS = pa.array(["READ_UNCOMMITTED", "READ_COMMITTED"], pa.string())
+# the same names as plain strings, for the rows fed to the core (indexed by the same codes)
+_OFFSET_SPEC_NAMES = ("LATEST", "EARLIEST")
+_ISOLATION_NAMES = ("READ_UNCOMMITTED", "READ_COMMITTED")
+_AP_TYPE_NAMES = {_T_APARR: "AlterPartitionArrive", _T_APRESP: "AlterPartitionResponse"}
 
 # --------------------------------------------------------------------------
 # Durations
@@ -353,9 +358,19 @@ def _parse_tp(s: str, cl: _Cluster, *, allow_topic_only: bool = False) -> tuple[
 
 
 def _parse_item(item: str, cl: _Cluster) -> Fault:
+    """``KIND[:ARG]*@TIME[+DURATION]`` -> Fault. The checks run in a fixed order (the time, then
+    the kind, then the kind's own arguments), so an item with several mistakes always reports the
+    same one."""
     if "@" not in item:
         raise ValueError("missing '@TIME' (e.g. crash:3@120s)")
     head, _, when = item.rpartition("@")
+    at, dur = _parse_when(when, cl)
+    args = _ItemArgs.split(head, dur)
+    return _KIND_PARSERS[args.kind](Fault(kind=args.kind, at_ms=at, dur_ms=dur), args, cl)
+
+
+def _parse_when(when: str, cl: _Cluster) -> tuple[int, int | None]:
+    """The ``TIME[+DURATION]`` after the '@'; a fault must start before the simulation ends."""
     if "+" in when:
         t_s, _, d_s = when.partition("+")
     else:
@@ -375,34 +390,49 @@ def _parse_item(item: str, cl: _Cluster) -> Fault:
     if at >= cl.duration_ms:
         raise ValueError(
             f"time {_fmt_ms(at)} is not before the end of the simulation ({_fmt_ms(cl.duration_ms)})")
-    kind, *args = [a.strip() for a in head.split(":")] if head else [""]
-    kind = kind.lower()
-    if kind not in FAULT_KINDS:
-        raise ValueError(f"unknown fault kind {kind!r} (expected one of: {', '.join(FAULT_KINDS)})")
-    pos = [a for a in args if "=" not in a or kind == "config"]
-    opts: dict[str, str] = {}
-    if kind != "config":
-        for a in args:
-            if "=" in a:
-                k, _, v = a.partition("=")
-                opts[k.strip().lower()] = v.strip()
-    f = Fault(kind=kind, at_ms=at, dur_ms=dur)
+    return at, dur
 
-    def need(n: int, usage: str) -> None:
-        if len(pos) != n:
+
+class _ItemArgs:
+    """The ``KIND:ARG:..`` head of an item: its positional arguments and ``key=value`` options,
+    with the checks the kinds' parsers share (their messages name the kind)."""
+
+    def __init__(self, kind: str, dur: int | None, pos: list[str], opts: dict[str, str]):
+        self.kind, self.dur, self.pos, self.opts = kind, dur, pos, opts
+
+    @classmethod
+    def split(cls, head: str, dur: int | None) -> "_ItemArgs":
+        kind, *args = [a.strip() for a in head.split(":")] if head else [""]
+        kind = kind.lower()
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r} (expected one of: {', '.join(FAULT_KINDS)})")
+        # a config item's arguments are key=value pairs themselves: for it they are positional
+        pos = [a for a in args if "=" not in a or kind == "config"]
+        opts: dict[str, str] = {}
+        if kind != "config":
+            for a in args:
+                if "=" in a:
+                    k, _, v = a.partition("=")
+                    opts[k.strip().lower()] = v.strip()
+        return cls(kind, dur, pos, opts)
+
+    def need(self, n: int, usage: str) -> None:
+        if len(self.pos) != n:
             raise ValueError(f"expected {usage}")
 
-    def allow_opts(*names: str) -> None:
-        bad = sorted(set(opts) - set(names))
+    def allow_opts(self, *names: str) -> None:
+        bad = sorted(set(self.opts) - set(names))
         if bad:
             allowed = ", ".join(names) if names else "none"
-            raise ValueError(f"unknown option(s) {', '.join(bad)} for {kind} (allowed: {allowed})")
+            raise ValueError(f"unknown option(s) {', '.join(bad)} for {self.kind} (allowed: {allowed})")
 
-    def no_dur() -> None:
-        if dur is not None:
-            raise ValueError(f"{kind} takes no '+DURATION'")
+    def no_dur(self) -> None:
+        if self.dur is not None:
+            raise ValueError(f"{self.kind} takes no '+DURATION'")
 
-    def lose_frac() -> dict[str, Any]:
+    def lose_frac(self) -> dict[str, Any]:
+        """The ``lose=`` / ``frac=`` options of the crashes that lose log (as Fault fields)."""
+        opts = self.opts
         out: dict[str, Any] = {}
         if "lose" in opts:
             v = opts["lose"]
@@ -420,96 +450,124 @@ def _parse_item(item: str, cl: _Cluster) -> Fault:
             out["frac"] = fr
         return out
 
-    if kind in ("crash", "partition", "isolate"):
-        need(1, f"{kind}:BROKER@TIME[+DURATION], e.g. {kind}:2@60s+30s")
-        allow_opts()
-        f = replace(f, broker=_parse_broker(pos[0], cl))
-    elif kind == "unclean-crash":
-        need(1, "unclean-crash:BROKER[:lose=N|P%][:frac=F]@TIME[+DURATION], e.g. unclean-crash:2@300s")
-        allow_opts("lose", "frac")
-        f = replace(f, broker=_parse_broker(pos[0], cl), **lose_frac())
-    elif kind == "slow":
-        need(1, "slow:BROKER[:factor=F]@TIME[+DURATION], e.g. slow:4:factor=10@0s+120s")
-        allow_opts("factor")
-        factor = None
-        if "factor" in opts:
-            try:
-                factor = float(opts["factor"])
-            except ValueError:
-                factor = -1.0
-            if not (factor >= 1.0 and math.isfinite(factor)):
-                raise ValueError(f"factor={opts['factor']!r}: must be a number >= 1")
-        f = replace(f, broker=_parse_broker(pos[0], cl), factor=factor)
-    elif kind == "rolling-restart":
-        need(0, "rolling-restart[:down=DURATION]@TIME[+GAP], e.g. rolling-restart@60s+90s")
-        allow_opts("down")
-        down = None
-        if "down" in opts:
-            try:
-                down = parse_duration(opts["down"])
-            except ValueError as e:
-                raise ValueError(f"down=: {e}") from None
-            if down <= 0:
-                raise ValueError("down= must be positive")
-        f = replace(f, down_ms=down)
-    elif kind == "zone-outage":
-        need(1, "zone-outage:RACK@TIME[+DURATION], e.g. zone-outage:rack1@400s+60s")
-        allow_opts("lose", "frac")
-        r = pos[0].lower()
-        r = r[4:] if r.startswith("rack") else r
-        if not r.isdigit() or not 0 <= int(r) < cl.racks:
-            raise ValueError(f"unknown rack {pos[0]!r} (racks are rack0..rack{cl.racks - 1})")
-        f = replace(f, rack=int(r), **lose_frac())
-    elif kind == "reassign":
-        no_dur()
-        allow_opts()
-        if len(pos) != 1 or "->" not in pos[0]:
-            raise ValueError("expected reassign:TOPIC-PARTITION->B1,B2,..@TIME, e.g. reassign:t0-3->1,4,5@200s")
-        tp_s, _, reps_s = pos[0].partition("->")
-        topic, part = _parse_tp(tp_s, cl)
-        reps = tuple(_parse_broker(x.strip(), cl) for x in reps_s.split(",") if x.strip())
-        if not reps:
-            raise ValueError("empty replica list after '->' (use cancel-reassign:TP@TIME to cancel)")
-        if len(set(reps)) != len(reps):
-            raise ValueError(f"replica list {list(reps)} repeats a broker")
-        f = replace(f, topic=topic, partition=part, replicas=reps)
-    elif kind == "cancel-reassign":
-        no_dur()
-        allow_opts()
-        need(1, "cancel-reassign:TOPIC-PARTITION@TIME, e.g. cancel-reassign:t0-3@260s")
-        topic, part = _parse_tp(pos[0], cl)
-        f = replace(f, topic=topic, partition=part)
-    elif kind == "elect":
-        no_dur()
-        allow_opts()
-        usage = ("elect:preferred|unclean[:TOPIC-PARTITION]@TIME or "
-                 "elect:designated:TOPIC-PARTITION:BROKER@TIME")
-        if not pos:
-            raise ValueError(f"expected {usage}")
-        et = pos[0].upper()
-        if et not in ("PREFERRED", "UNCLEAN", "DESIGNATED"):
-            raise ValueError(f"unknown election type {pos[0]!r} (preferred, unclean or designated)")
-        topic = part = target = None
-        if et == "DESIGNATED":
-            need(3, usage)
-            topic, part = _parse_tp(pos[1], cl)
-            target = _parse_broker(pos[2], cl)
-        elif len(pos) == 2 and pos[1].lower() != "all":
-            topic, part = _parse_tp(pos[1], cl)
-        elif len(pos) > 2:
-            raise ValueError(f"expected {usage}")
-        f = replace(f, election=et, topic=topic, partition=part, target=target)
-    elif kind == "config":
-        no_dur()
-        if len(pos) < 2 or any("=" not in a for a in pos[1:]):
-            raise ValueError("expected config:TOPIC[-PARTITION]:KEY=VALUE[:KEY=VALUE]@TIME, "
-                             "e.g. config:t0:min.insync.replicas=1@300s")
-        topic, part = _parse_tp(pos[0], cl, allow_topic_only=True)
-        kv = tuple((a.partition("=")[0].strip(), a.partition("=")[2].strip()) for a in pos[1:])
-        if any(not k for k, _ in kv):
-            raise ValueError("empty config key")
-        f = replace(f, topic=topic, partition=part, config=kv)
-    return f
+
+def _parse_broker_fault(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    """crash / partition / isolate: one broker, no options."""
+    a.need(1, f"{a.kind}:BROKER@TIME[+DURATION], e.g. {a.kind}:2@60s+30s")
+    a.allow_opts()
+    return replace(f, broker=_parse_broker(a.pos[0], cl))
+
+
+def _parse_unclean_crash(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.need(1, "unclean-crash:BROKER[:lose=N|P%][:frac=F]@TIME[+DURATION], e.g. unclean-crash:2@300s")
+    a.allow_opts("lose", "frac")
+    return replace(f, broker=_parse_broker(a.pos[0], cl), **a.lose_frac())
+
+
+def _parse_slow(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.need(1, "slow:BROKER[:factor=F]@TIME[+DURATION], e.g. slow:4:factor=10@0s+120s")
+    a.allow_opts("factor")
+    factor = None
+    if "factor" in a.opts:
+        try:
+            factor = float(a.opts["factor"])
+        except ValueError:
+            factor = -1.0
+        if not (factor >= 1.0 and math.isfinite(factor)):
+            raise ValueError(f"factor={a.opts['factor']!r}: must be a number >= 1")
+    return replace(f, broker=_parse_broker(a.pos[0], cl), factor=factor)
+
+
+def _parse_rolling_restart(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.need(0, "rolling-restart[:down=DURATION]@TIME[+GAP], e.g. rolling-restart@60s+90s")
+    a.allow_opts("down")
+    down = None
+    if "down" in a.opts:
+        try:
+            down = parse_duration(a.opts["down"])
+        except ValueError as e:
+            raise ValueError(f"down=: {e}") from None
+        if down <= 0:
+            raise ValueError("down= must be positive")
+    return replace(f, down_ms=down)
+
+
+def _parse_zone_outage(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.need(1, "zone-outage:RACK@TIME[+DURATION], e.g. zone-outage:rack1@400s+60s")
+    a.allow_opts("lose", "frac")
+    r = a.pos[0].lower()
+    r = r[4:] if r.startswith("rack") else r
+    if not r.isdigit() or not 0 <= int(r) < cl.racks:
+        raise ValueError(f"unknown rack {a.pos[0]!r} (racks are rack0..rack{cl.racks - 1})")
+    return replace(f, rack=int(r), **a.lose_frac())
+
+
+def _parse_reassign(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.no_dur()
+    a.allow_opts()
+    if len(a.pos) != 1 or "->" not in a.pos[0]:
+        raise ValueError("expected reassign:TOPIC-PARTITION->B1,B2,..@TIME, e.g. reassign:t0-3->1,4,5@200s")
+    tp_s, _, reps_s = a.pos[0].partition("->")
+    topic, part = _parse_tp(tp_s, cl)
+    reps = tuple(_parse_broker(x.strip(), cl) for x in reps_s.split(",") if x.strip())
+    if not reps:
+        raise ValueError("empty replica list after '->' (use cancel-reassign:TP@TIME to cancel)")
+    if len(set(reps)) != len(reps):
+        raise ValueError(f"replica list {list(reps)} repeats a broker")
+    return replace(f, topic=topic, partition=part, replicas=reps)
+
+
+def _parse_cancel_reassign(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.no_dur()
+    a.allow_opts()
+    a.need(1, "cancel-reassign:TOPIC-PARTITION@TIME, e.g. cancel-reassign:t0-3@260s")
+    topic, part = _parse_tp(a.pos[0], cl)
+    return replace(f, topic=topic, partition=part)
+
+
+def _parse_elect(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.no_dur()
+    a.allow_opts()
+    usage = ("elect:preferred|unclean[:TOPIC-PARTITION]@TIME or "
+             "elect:designated:TOPIC-PARTITION:BROKER@TIME")
+    pos = a.pos
+    if not pos:
+        raise ValueError(f"expected {usage}")
+    et = pos[0].upper()
+    if et not in ("PREFERRED", "UNCLEAN", "DESIGNATED"):
+        raise ValueError(f"unknown election type {pos[0]!r} (preferred, unclean or designated)")
+    topic = part = target = None
+    if et == "DESIGNATED":
+        a.need(3, usage)
+        topic, part = _parse_tp(pos[1], cl)
+        target = _parse_broker(pos[2], cl)
+    elif len(pos) == 2 and pos[1].lower() != "all":
+        topic, part = _parse_tp(pos[1], cl)
+    elif len(pos) > 2:
+        raise ValueError(f"expected {usage}")
+    return replace(f, election=et, topic=topic, partition=part, target=target)
+
+
+def _parse_config(f: Fault, a: _ItemArgs, cl: _Cluster) -> Fault:
+    a.no_dur()
+    pos = a.pos
+    if len(pos) < 2 or any("=" not in x for x in pos[1:]):
+        raise ValueError("expected config:TOPIC[-PARTITION]:KEY=VALUE[:KEY=VALUE]@TIME, "
+                         "e.g. config:t0:min.insync.replicas=1@300s")
+    topic, part = _parse_tp(pos[0], cl, allow_topic_only=True)
+    kv = tuple((x.partition("=")[0].strip(), x.partition("=")[2].strip()) for x in pos[1:])
+    if any(not k for k, _ in kv):
+        raise ValueError("empty config key")
+    return replace(f, topic=topic, partition=part, config=kv)
+
+
+# one parser per fault kind (every name in FAULT_KINDS)
+_KIND_PARSERS: dict[str, Callable[[Fault, _ItemArgs, _Cluster], Fault]] = {
+    "crash": _parse_broker_fault, "partition": _parse_broker_fault, "isolate": _parse_broker_fault,
+    "unclean-crash": _parse_unclean_crash, "slow": _parse_slow, "rolling-restart": _parse_rolling_restart,
+    "zone-outage": _parse_zone_outage, "reassign": _parse_reassign, "cancel-reassign": _parse_cancel_reassign,
+    "elect": _parse_elect, "config": _parse_config,
+}
 
 
 # --------------------------------------------------------------------------
@@ -810,6 +868,57 @@ def _periodic(next_t: np.ndarray, interval: np.ndarray, active: np.ndarray, a: f
     return idx[owner[keep]], t[keep]
 
 
+class _SkipFault(Exception):
+    """A fault action met a broker not in the state the fault needs (crashing a crashed broker):
+    the fault is skipped, for this reason."""
+
+
+class _Block(NamedTuple):
+    """Steady-state rows of one type, drawn for a window: their times (float ms), type codes,
+    global partitions and brokers (-1: none)."""
+
+    t: np.ndarray
+    typ: np.ndarray
+    p: np.ndarray
+    b: np.ndarray
+
+
+def _merge_in_time_order(blocks: list[_Block], recs, acks, frac, spec, iso) -> tuple | None:
+    """The window's blocks as one set of row columns sorted by time (stable: rows at the same ms
+    keep the block order), ts floored to ms; None when the window has no rows. blocks[1] are the
+    produces (recs, acks) and blocks[2] the consumer requests (frac, spec, iso); the other rows
+    get 0 / -1 (none) in those columns.
+
+    Returns (ts, typ, p_all, b_all, rec_all, acks_all, fr_all, spec_all, iso_all)."""
+    t_all = np.concatenate([blk.t for blk in blocks])
+    n = t_all.size
+    if n == 0:
+        return None
+    typ = np.concatenate([blk.typ for blk in blocks])
+    p_all = np.concatenate([blk.p for blk in blocks]).astype(np.int64)
+    b_all = np.concatenate([blk.b for blk in blocks]).astype(np.int32)
+    nf, npr, ncs = blocks[0].t.size, blocks[1].t.size, blocks[2].t.size
+    off_p = nf
+    rec_all = np.zeros(n, np.int32)
+    rec_all[off_p:off_p + npr] = recs
+    acks_all = np.zeros(n, np.int32)
+    acks_all[off_p:off_p + npr] = acks
+    off_c = off_p + npr
+    fr_all = np.zeros(n, float)
+    fr_all[off_c:off_c + ncs] = frac
+    spec_all = np.full(n, -1, np.int32)
+    spec_all[off_c:off_c + ncs] = spec
+    iso_all = np.full(n, -1, np.int32)
+    iso_all[off_c:off_c + ncs] = iso
+
+    order = np.argsort(t_all, kind="stable")
+    typ, p_all, b_all = typ[order], p_all[order], b_all[order]
+    rec_all, acks_all, fr_all = rec_all[order], acks_all[order], fr_all[order]
+    spec_all, iso_all = spec_all[order], iso_all[order]
+    ts = np.floor(t_all[order]).astype(np.int64)
+    return ts, typ, p_all, b_all, rec_all, acks_all, fr_all, spec_all, iso_all
+
+
 class _Sim:
     """The environment of the cluster (broker processes, network, clients, fetchers) driving the
     real protocol core (``jobs.sim_core.CoreDriver``) row by row. The simulator decides only what
@@ -968,36 +1077,63 @@ class _Sim:
         a, then fed to the core row by row, each client / fetcher row re-aimed (or dropped) by the
         core's state at that row (``_feed_window``)."""
         self._observe(a)
-        rng, P = self.rng, self.P
-        dt = (b - a) / 1000.0
         reach = self._reachable()
         leader_ok = (self.leader > 0) & reach[self.leader]
+        # every draw comes from the one steady-state generator, so their order is part of the
+        # stream's bytes: fetches, produces, consumers, ticks, then the explicit deliveries
+        fetches = self._draw_follower_fetches(a, b, reach, leader_ok)
+        produces, recs, acks = self._draw_produces(a, b, leader_ok)
+        consumers, frac, spec, iso = self._draw_consumer_requests(a, b, leader_ok)
+        ticks = self._draw_ticks(a, b)
+        blocks = [fetches, produces, consumers, ticks]
+        if self.delivery == "explicit":
+            blocks += self._draw_explicit_deliveries(a, b, fetches, ticks)
+        window = _merge_in_time_order(blocks, recs, acks, frac, spec, iso)
+        if window is None:
+            return
+        keep, b_kept, fo_kept = self._feed_window(*window, reach)
+        if keep.size == 0:
+            return
+        self._write_window(window, keep, b_kept, fo_kept)
+        self.core.drain()
 
-        # follower fetches: replicas other than the leader, both ends reachable
+    def _draw_follower_fetches(self, a: int, b: int, reach: np.ndarray, leader_ok: np.ndarray) -> _Block:
+        """Replicas other than the leader, both ends reachable, each at its own jittered cadence
+        (stretched while its broker is slow)."""
         rep = self.rep
         active = (rep > 0) & reach[rep] & (rep != self.leader[:, None]) & leader_ok[:, None]
         iv = self.fetch_base * self.slow[rep]
         flat_idx, ft = _periodic(self.fetch_next.reshape(-1), iv.reshape(-1), active.reshape(-1),
-                                 a, b, 0.25, rng)
+                                 a, b, 0.25, self.rng)
         fp = flat_idx // self.R
         fb = rep.reshape(-1)[flat_idx]
-        nf = ft.size
+        return _Block(ft, np.full(ft.size, _T_FETCH, np.int8), fp, fb)
 
-        # produce
+    def _draw_produces(self, a: int, b: int, leader_ok: np.ndarray) -> tuple[_Block, np.ndarray, np.ndarray]:
+        """Poisson produce requests per partition with a leader, with their record counts and acks."""
+        rng = self.rng
+        dt = (b - a) / 1000.0
         lam = np.where(leader_ok, self.rate * dt, 0.0)
         pc = rng.poisson(lam)
-        pp = np.repeat(np.arange(P), pc)
+        pp = np.repeat(np.arange(self.P), pc)
         npr = pp.size
         pt = a + rng.random(npr) * (b - a)
         recs = (1 + rng.poisson(np.maximum(self.rec_mean[self.topic_of[pp]] - 1.0, 0.0))).astype(np.int32)
         u = rng.random(npr)
         aidx = (u[:, None] >= self.acks_cum[self.topic_of[pp]]).sum(axis=1)
         acks = self.acks_vals[np.minimum(aidx, 2)]
+        return _Block(pt, np.full(npr, _T_PRODUCE, np.int8), pp, self.leader[pp]), recs, acks
 
-        # consumers: the fetch offset is a fraction of the leader's high watermark at that row
+    def _draw_consumer_requests(self, a: int, b: int, leader_ok: np.ndarray) -> tuple[_Block, ...]:
+        """Poisson ListOffsets / ConsumerFetch requests per partition with a leader. A
+        ConsumerFetch's offset is a fraction of the leader's high watermark at its row (known only
+        when it is fed), so the fraction is drawn here; only ListOffsets rows keep a spec and an
+        isolation level (-1: none)."""
+        rng = self.rng
+        dt = (b - a) / 1000.0
         clam = np.where(leader_ok, self.crate * dt, 0.0)
         cc = rng.poisson(clam)
-        cp = np.repeat(np.arange(P), cc)
+        cp = np.repeat(np.arange(self.P), cc)
         ncs = cp.size
         ct = a + rng.random(ncs) * (b - a)
         is_list = rng.random(ncs) < 0.3
@@ -1005,96 +1141,36 @@ class _Sim:
         iso_u = rng.random(ncs)
         iso = np.where(iso_u < 0.5, -1, np.where(iso_u < 0.7, 0, 1))
         frac = np.where(rng.random(ncs) < 0.2, 0.0, rng.uniform(0.5, 0.98, ncs))
+        block = _Block(ct, np.where(is_list, _T_LIST, _T_CFETCH).astype(np.int8), cp, self.leader[cp])
+        return block, frac, np.where(is_list, spec, -1), np.where(is_list, iso, -1)
 
-        # ticks
-        tb, tt = _periodic(self.tick_next, self.tick_iv, self.alive.copy(), a, b, 0.0, rng)
+    def _draw_ticks(self, a: int, b: int) -> _Block:
+        tb, tt = _periodic(self.tick_next, self.tick_iv, self.alive.copy(), a, b, 0.0, self.rng)
+        return _Block(tt.astype(float), np.full(tb.size, _T_TICK, np.int8), np.full(tb.size, -1), tb)
 
-        cols_t = [ft, pt, ct, tt.astype(float)]
-        cols_type = [np.full(nf, _T_FETCH, np.int8), np.full(npr, _T_PRODUCE, np.int8),
-                     np.where(is_list, _T_LIST, _T_CFETCH).astype(np.int8), np.full(tb.size, _T_TICK, np.int8)]
-        cols_p = [fp, pp, cp, np.full(tb.size, -1)]
-        cols_b = [fb, self.leader[pp], self.leader[cp], tb]
-        if self.delivery == "explicit":
-            # AlterPartition round trips after some fetches and after every tick (leader's partitions)
-            sel = rng.random(nf) < self.ap_prob
-            ap_p, ap_t0 = [fp[sel]], [ft[sel]]
-            for bk, t0 in zip(tb.tolist(), tt.tolist()):
-                led = np.flatnonzero(self.leader == bk)
-                ap_p.append(led)
-                ap_t0.append(np.full(led.size, t0))
-            app = np.concatenate(ap_p)
-            at0 = np.concatenate(ap_t0)
-            arr = at0 + rng.uniform(1.0, 50.0, app.size)
-            resp = arr + rng.uniform(1.0, 50.0, app.size)
-            ok = resp < b
-            app, arr, resp = app[ok], arr[ok], resp[ok]
-            n_ap = app.size
-            mb, mt = _periodic(self.ms_next, self.ms_iv, self.alive.copy(), a, b, 0.3, rng)
-            cols_t += [arr, resp, mt]
-            cols_type += [np.full(n_ap, _T_APARR, np.int8), np.full(n_ap, _T_APRESP, np.int8),
-                          np.full(mb.size, _T_MSYNC, np.int8)]
-            cols_p += [app, app, np.full(mb.size, -1)]
-            cols_b += [np.full(n_ap, -1), np.full(n_ap, -1), mb]
-
-        t_all = np.concatenate(cols_t)
-        n = t_all.size
-        if n == 0:
-            return
-        typ = np.concatenate(cols_type)
-        p_all = np.concatenate(cols_p).astype(np.int64)
-        b_all = np.concatenate(cols_b).astype(np.int32)
-        off_p = nf
-        rec_all = np.zeros(n, np.int32)
-        rec_all[off_p:off_p + npr] = recs
-        acks_all = np.zeros(n, np.int32)
-        acks_all[off_p:off_p + npr] = acks
-        off_c = off_p + npr
-        fr_all = np.zeros(n, float)
-        fr_all[off_c:off_c + ncs] = frac
-        spec_all = np.full(n, -1, np.int32)
-        spec_all[off_c:off_c + ncs] = np.where(is_list, spec, -1)
-        iso_all = np.full(n, -1, np.int32)
-        iso_all[off_c:off_c + ncs] = np.where(is_list, iso, -1)
-
-        order = np.argsort(t_all, kind="stable")
-        typ, p_all, b_all = typ[order], p_all[order], b_all[order]
-        rec_all, acks_all, fr_all = rec_all[order], acks_all[order], fr_all[order]
-        spec_all, iso_all = spec_all[order], iso_all[order]
-        ts = np.floor(t_all[order]).astype(np.int64)
-
-        keep, b_all, fo_all = self._feed_window(ts, typ, p_all, b_all, rec_all, acks_all, fr_all,
-                                                spec_all, iso_all, reach)
-        n = keep.size
-        if n == 0:
-            return
-        ts, typ, p_all = ts[keep], typ[keep], p_all[keep]
-        rec_all, acks_all, spec_all, iso_all = rec_all[keep], acks_all[keep], spec_all[keep], iso_all[keep]
-
-        no_p = p_all < 0
-        pidx = np.where(no_p, 0, p_all)
-        is_prod = typ == _T_PRODUCE
-        arrays = {
-            "seq": pa.array(np.arange(self.seq, self.seq + n, dtype=np.int64)),
-            "ts_ms": pa.array(ts),
-            "type": _dict_col(typ.astype(np.int32), _TYPE_NAMES, None),
-            "topic": _dict_col(self.topic_of[pidx], pa.array(self.topics, pa.string()), no_p),
-            "partition": pa.array(self.pnum_of[pidx], pa.int32(), mask=no_p),
-            "broker": pa.array(b_all, pa.int32(), mask=b_all < 0),
-            "offset_spec": _dict_col(np.maximum(spec_all, 0), _OFFSET_SPECS, spec_all < 0),
-            "isolation": _dict_col(np.maximum(iso_all, 0), _ISOLATIONS, iso_all < 0),
-            "records": pa.array(rec_all, pa.int32(), mask=~is_prod),
-            "acks": pa.array(acks_all, pa.int32(), mask=~is_prod),
-            "fetch_offset": pa.array(fo_all, pa.int64(), mask=typ != _T_CFETCH),
-        }
-        cols = [arrays[nm] if nm in arrays else pa.nulls(n, t) for nm, t in _INPUT_COLUMNS]
-        self.w.add(pa.Table.from_arrays(cols, schema=INPUT_ARROW_SCHEMA))
-        self.seq += n
-        tc = np.bincount(typ, minlength=len(_TYPE_NAMES))
-        for code, c in enumerate(tc.tolist()):
-            if c:
-                name = _TYPE_NAMES[code].as_py()
-                self.counts[name] = self.counts.get(name, 0) + c
-        self.core.drain()
+    def _draw_explicit_deliveries(self, a: int, b: int, fetches: _Block, ticks: _Block) -> list[_Block]:
+        """delivery=explicit: AlterPartition round trips (arrive, then response) a few ms after
+        some fetches and after every tick (one per partition the ticking broker leads), and a
+        MetadataSync per live broker. A round trip that would end past b is not sent, so none
+        straddles a fault action."""
+        rng = self.rng
+        sel = rng.random(fetches.t.size) < self.ap_prob
+        ap_p, ap_t0 = [fetches.p[sel]], [fetches.t[sel]]
+        for bk, t0 in zip(ticks.b.tolist(), ticks.t.tolist()):
+            led = np.flatnonzero(self.leader == bk)
+            ap_p.append(led)
+            ap_t0.append(np.full(led.size, t0))
+        app = np.concatenate(ap_p)
+        at0 = np.concatenate(ap_t0)
+        arr = at0 + rng.uniform(1.0, 50.0, app.size)
+        resp = arr + rng.uniform(1.0, 50.0, app.size)
+        ok = resp < b
+        app, arr, resp = app[ok], arr[ok], resp[ok]
+        n_ap = app.size
+        mb, mt = _periodic(self.ms_next, self.ms_iv, self.alive.copy(), a, b, 0.3, rng)
+        return [_Block(arr, np.full(n_ap, _T_APARR, np.int8), app, np.full(n_ap, -1)),
+                _Block(resp, np.full(n_ap, _T_APRESP, np.int8), app, np.full(n_ap, -1)),
+                _Block(mt, np.full(mb.size, _T_MSYNC, np.int8), np.full(mb.size, -1), mb)]
 
     def _feed_window(self, ts, typ, p_all, b_all, rec_all, acks_all, fr_all, spec_all, iso_all, reach):
         """Feed the window's rows to the core in order. Each row asks the core first:
@@ -1107,20 +1183,15 @@ class _Sim:
         * a ConsumerFetch reads from a fraction of the leader's high watermark.
 
         Returns (indices of the rows kept, their brokers, their fetch offsets)."""
+        # the per-row loop below is the simulator's hot path: everything it touches is bound to a
+        # local first, and its body stays inline (a call per row would cost more than the row)
         core = self.core
-        parts = core.parts
-        leader_of, hwm_of, catch_up = core.leader, core.hwm, core.catch_up
-        # rows go to Cluster.apply as validated events: the blank row plus their columns (plain
-        # ints and enum strings: what schemas.events.validate makes of them; a test checks it)
-        apply, blank, viol = core.cl.apply, _BLANK_EVENT, core.viol_rows()
+        parts, leader_of, hwm_of, catch_up, apply, blank, viol = self._core_hooks()
         rejected0 = core.cl.rejected
-        topics = [self.topics[i] for i in self.topic_of.tolist()]
-        pnums = self.pnum_of.tolist()
+        topics, pnums = self._partition_labels()
         reach_l = reach.tolist()
         seen, stale, srand, stale_ms = self.seen, self.stale, self.srng.random, self.stale_max_ms
-        specs = ("LATEST", "EARLIEST")
-        isos = ("READ_UNCOMMITTED", "READ_COMMITTED")
-        ap_types = {_T_APARR: "AlterPartitionArrive", _T_APRESP: "AlterPartitionResponse"}
+        specs, isos, ap_types = _OFFSET_SPEC_NAMES, _ISOLATION_NAMES, _AP_TYPE_NAMES
         keep: list[int] = []
         bout: list[int] = []
         foout: list[int] = []
@@ -1156,7 +1227,8 @@ class _Sim:
                 elif ty == _T_LIST:
                     ev["type"] = "ListOffsets"
                     ev["offset_spec"] = specs[spec_all[i]]
-                    ev["isolation"] = isos[iso_all[i]]
+                    iso = iso_all[i]          # -1: none given (null in the stream; not isos[-1])
+                    ev["isolation"] = isos[iso] if iso >= 0 else None
                 else:
                     fo = int(hwm_of(p, ldr) * fr_all[i])
                     ev["type"] = "ConsumerFetch"
@@ -1179,6 +1251,51 @@ class _Sim:
         if core.cl.rejected != rejected0:
             core.note_rejections(core.cl.rejected - rejected0)
         return (np.array(keep, np.int64), np.array(bout, np.int32), np.array(foout, np.int64))
+
+    def _core_hooks(self) -> tuple:
+        """What _feed_window calls on the core, bound once per window: (partitions, leader of,
+        high watermark of, catch up, apply, blank event, violation rows)."""
+        core = self.core
+        # rows go to Cluster.apply as validated events: the blank row plus their columns (plain
+        # ints and enum strings: what schemas.events.validate makes of them; a test checks it)
+        return (core.parts, core.leader, core.hwm, core.catch_up, core.cl.apply, _BLANK_EVENT,
+                core.viol_rows())
+
+    def _partition_labels(self) -> tuple[list[str], list[int]]:
+        """Global partition index -> topic name, partition number (as plain Python values)."""
+        return [self.topics[i] for i in self.topic_of.tolist()], self.pnum_of.tolist()
+
+    def _write_window(self, window: tuple, keep: np.ndarray, b_kept: np.ndarray, fo_kept: np.ndarray) -> None:
+        """The rows the core took (``keep``), as one table continuing the stream's seq, with the
+        brokers and fetch offsets they were sent with; counted by type for the summary."""
+        ts, typ, p_all, _, rec_all, acks_all, _, spec_all, iso_all = window
+        n = keep.size
+        ts, typ, p_all = ts[keep], typ[keep], p_all[keep]
+        rec_all, acks_all, spec_all, iso_all = rec_all[keep], acks_all[keep], spec_all[keep], iso_all[keep]
+        no_p = p_all < 0
+        pidx = np.where(no_p, 0, p_all)
+        is_prod = typ == _T_PRODUCE
+        arrays = {
+            "seq": pa.array(np.arange(self.seq, self.seq + n, dtype=np.int64)),
+            "ts_ms": pa.array(ts),
+            "type": _dict_col(typ.astype(np.int32), _TYPE_NAMES, None),
+            "topic": _dict_col(self.topic_of[pidx], pa.array(self.topics, pa.string()), no_p),
+            "partition": pa.array(self.pnum_of[pidx], pa.int32(), mask=no_p),
+            "broker": pa.array(b_kept, pa.int32(), mask=b_kept < 0),
+            "offset_spec": _dict_col(np.maximum(spec_all, 0), _OFFSET_SPECS, spec_all < 0),
+            "isolation": _dict_col(np.maximum(iso_all, 0), _ISOLATIONS, iso_all < 0),
+            "records": pa.array(rec_all, pa.int32(), mask=~is_prod),
+            "acks": pa.array(acks_all, pa.int32(), mask=~is_prod),
+            "fetch_offset": pa.array(fo_kept, pa.int64(), mask=typ != _T_CFETCH),
+        }
+        cols = [arrays[nm] if nm in arrays else pa.nulls(n, t) for nm, t in _INPUT_COLUMNS]
+        self.w.add(pa.Table.from_arrays(cols, schema=INPUT_ARROW_SCHEMA))
+        self.seq += n
+        tc = np.bincount(typ, minlength=len(_TYPE_NAMES))
+        for code, c in enumerate(tc.tolist()):
+            if c:
+                name = _TYPE_NAMES[code].as_py()
+                self.counts[name] = self.counts.get(name, 0) + c
 
     # ---------------------------------------------------------------- faults
     def expand(self) -> list[tuple[int, int, int, str, dict]]:
@@ -1247,90 +1364,125 @@ class _Sim:
         key = (fi, kw.get("sub", 0))
         if key in dead:
             return []
-        b = kw.get("broker")
-        rows: list[dict] = []
-
-        def skip(why: str) -> list[dict]:
+        try:
+            rows = self._ACTIONS[name](self, kw.get("broker"), kw)
+        except _SkipFault as e:
             dead.add(key)
-            self.skipped.append(f"{self.faults[fi].spec()} ({why} at {_fmt_ms(t)})")
+            self.skipped.append(f"{self.faults[fi].spec()} ({e} at {_fmt_ms(t)})")
             return []
-
-        if name == "shutdown":
-            if not self.alive[b] or self.shutting[b]:
-                return skip(f"broker {b} is not running")
-            self.shutting[b] = True
-            rows.append({"type": "BrokerControlledShutdown", "broker": b})
-        elif name == "crash":
-            if not self.alive[b]:
-                return skip(f"broker {b} is not running")
-            clean = kw["clean"]
-            self.alive[b] = False
-            self.shutting[b] = False
-            self.last_clean[b] = clean
-            rows.append({"type": "BrokerCrash", "broker": b, "clean": clean})
-            if not clean:
-                rows += self._log_loss(b, kw)
-        elif name == "fence":
-            if not self.fenced[b]:
-                self.fenced[b] = True
-                rows.append({"type": "BrokerFence", "broker": b})
-        elif name == "restart":
-            if self.alive[b]:
-                return []
-            self.epoch_counter += 1
-            prev = int(self.epoch[b]) if self.last_clean[b] else -1
-            self.epoch[b] = self.epoch_counter
-            self.alive[b] = True
-            self.fenced[b] = True
-            rows.append({"type": "BrokerRegister", "broker": b, "broker_epoch": self.epoch_counter,
-                         "previous_broker_epoch": prev})
-        elif name == "unfence":
-            if self.alive[b] and self.fenced[b] and self.ctrl_cut[b] == 0 and self.isolated[b] == 0:
-                self.fenced[b] = False
-                rows.append({"type": "BrokerUnfence", "broker": b})
-        elif name == "cut_start":
-            if not self.alive[b]:
-                return skip(f"broker {b} is not running")
-            (self.ctrl_cut if kw["cut"] == "ctrl" else self.isolated)[b] += 1
-        elif name == "session_expire":
-            if self.alive[b] and not self.fenced[b] and (self.ctrl_cut[b] or self.isolated[b]):
-                self.fenced[b] = True
-                rows.append({"type": "BrokerFence", "broker": b})
-        elif name == "cut_end":
-            arr = self.ctrl_cut if kw["cut"] == "ctrl" else self.isolated
-            arr[b] = max(0, arr[b] - 1)
-            if self.alive[b] and self.fenced[b] and self.ctrl_cut[b] == 0 and self.isolated[b] == 0:
-                self.fenced[b] = False
-                rows.append({"type": "BrokerUnfence", "broker": b})
-        elif name == "slow_start":
-            self.slow_list[b].append(kw["factor"])
-            self.slow[b] = max(self.slow_list[b])
-        elif name == "slow_end":
-            if kw["factor"] in self.slow_list[b]:
-                self.slow_list[b].remove(kw["factor"])
-            self.slow[b] = max(self.slow_list[b], default=1.0)
-        elif name in ("reassign", "cancel"):
-            # the core decides the replica list (target + removing while in progress) and when
-            # the reassignment completes; the fetcher slots follow it (_observe)
-            p = kw["gp"]
-            self.moving.add(p)
-            rows.append({"type": "Reassign", **self._tp(p),
-                         "replicas": list(kw["replicas"]) if name == "reassign" else None})
-        elif name == "elect":
-            et, gp = kw["election"], kw["gp"]
-            for p in (range(self.P) if gp is None else [gp]):
-                r = {"type": "ElectLeaders", **self._tp(p), "election_type": et}
-                if kw.get("target") is not None:
-                    r["target"] = kw["target"]
-                rows.append(r)
-        elif name == "config":
-            r = {"type": "AlterConfig", "topic": kw["topic"], "config": kw["config"]}
-            if kw.get("partition") is not None:
-                r["partition"] = kw["partition"]
-            rows.append(r)
         for r in rows:
             r["ts_ms"] = t
         return rows
+
+    # One method per action (``expand`` names them): each changes the environment's state and
+    # returns the rows that tell the core, or raises _SkipFault when the broker is not in the
+    # state the fault needs.
+    def _act_shutdown(self, b: int, kw: dict) -> list[dict]:
+        if not self.alive[b] or self.shutting[b]:
+            raise _SkipFault(f"broker {b} is not running")
+        self.shutting[b] = True
+        return [{"type": "BrokerControlledShutdown", "broker": b}]
+
+    def _act_crash(self, b: int, kw: dict) -> list[dict]:
+        if not self.alive[b]:
+            raise _SkipFault(f"broker {b} is not running")
+        clean = kw["clean"]
+        self.alive[b] = False
+        self.shutting[b] = False
+        self.last_clean[b] = clean
+        rows = [{"type": "BrokerCrash", "broker": b, "clean": clean}]
+        if not clean:
+            rows += self._log_loss(b, kw)
+        return rows
+
+    def _act_fence(self, b: int, kw: dict) -> list[dict]:
+        if self.fenced[b]:
+            return []
+        self.fenced[b] = True
+        return [{"type": "BrokerFence", "broker": b}]
+
+    def _act_restart(self, b: int, kw: dict) -> list[dict]:
+        if self.alive[b]:
+            return []
+        self.epoch_counter += 1
+        # only a broker that shut down cleanly registers with its previous epoch
+        prev = int(self.epoch[b]) if self.last_clean[b] else -1
+        self.epoch[b] = self.epoch_counter
+        self.alive[b] = True
+        self.fenced[b] = True
+        return [{"type": "BrokerRegister", "broker": b, "broker_epoch": self.epoch_counter,
+                 "previous_broker_epoch": prev}]
+
+    def _act_unfence(self, b: int, kw: dict) -> list[dict]:
+        # a broker still cut off from the controller cannot unfence: its cut_end unfences it
+        if self.alive[b] and self.fenced[b] and self.ctrl_cut[b] == 0 and self.isolated[b] == 0:
+            self.fenced[b] = False
+            return [{"type": "BrokerUnfence", "broker": b}]
+        return []
+
+    def _act_cut_start(self, b: int, kw: dict) -> list[dict]:
+        if not self.alive[b]:
+            raise _SkipFault(f"broker {b} is not running")
+        (self.ctrl_cut if kw["cut"] == "ctrl" else self.isolated)[b] += 1
+        return []
+
+    def _act_session_expire(self, b: int, kw: dict) -> list[dict]:
+        if self.alive[b] and not self.fenced[b] and (self.ctrl_cut[b] or self.isolated[b]):
+            self.fenced[b] = True
+            return [{"type": "BrokerFence", "broker": b}]
+        return []
+
+    def _act_cut_end(self, b: int, kw: dict) -> list[dict]:
+        # cuts nest (counters): the broker unfences when its last cut ends, if it is still running
+        arr = self.ctrl_cut if kw["cut"] == "ctrl" else self.isolated
+        arr[b] = max(0, arr[b] - 1)
+        return self._act_unfence(b, kw)
+
+    def _act_slow_start(self, b: int, kw: dict) -> list[dict]:
+        self.slow_list[b].append(kw["factor"])
+        self.slow[b] = max(self.slow_list[b])
+        return []
+
+    def _act_slow_end(self, b: int, kw: dict) -> list[dict]:
+        if kw["factor"] in self.slow_list[b]:
+            self.slow_list[b].remove(kw["factor"])
+        self.slow[b] = max(self.slow_list[b], default=1.0)
+        return []
+
+    def _act_reassign(self, b: None, kw: dict) -> list[dict]:
+        return [self._reassign_row(kw["gp"], list(kw["replicas"]))]
+
+    def _act_cancel_reassign(self, b: None, kw: dict) -> list[dict]:
+        return [self._reassign_row(kw["gp"], None)]
+
+    def _reassign_row(self, p: int, replicas: list[int] | None) -> dict:
+        # the core decides the replica list (target + removing while in progress) and when
+        # the reassignment completes; the fetcher slots follow it (_observe)
+        self.moving.add(p)
+        return {"type": "Reassign", **self._tp(p), "replicas": replicas}
+
+    def _act_elect(self, b: None, kw: dict) -> list[dict]:
+        et, gp = kw["election"], kw["gp"]
+        rows = []
+        for p in (range(self.P) if gp is None else [gp]):
+            r = {"type": "ElectLeaders", **self._tp(p), "election_type": et}
+            if kw.get("target") is not None:
+                r["target"] = kw["target"]
+            rows.append(r)
+        return rows
+
+    def _act_config(self, b: None, kw: dict) -> list[dict]:
+        r = {"type": "AlterConfig", "topic": kw["topic"], "config": kw["config"]}
+        if kw.get("partition") is not None:
+            r["partition"] = kw["partition"]
+        return [r]
+
+    _ACTIONS: dict[str, Callable[["_Sim", Any, dict], list[dict]]] = {
+        "shutdown": _act_shutdown, "crash": _act_crash, "fence": _act_fence, "restart": _act_restart,
+        "unfence": _act_unfence, "cut_start": _act_cut_start, "session_expire": _act_session_expire,
+        "cut_end": _act_cut_end, "slow_start": _act_slow_start, "slow_end": _act_slow_end,
+        "reassign": _act_reassign, "cancel": _act_cancel_reassign, "elect": _act_elect, "config": _act_config,
+    }
 
     def _log_loss(self, b: int, kw: dict) -> list[dict]:
         """An unclean crash: a fraction of b's partitions lose the tail of b's log (the log end
@@ -1453,165 +1605,233 @@ def simulate(
     ``leader_imbalance_interval_ms`` sets ``leader.imbalance.check.interval.seconds`` when it is
     not the default; ``reassign_settle_ms`` is ignored (the core completes reassignments).
     """
-    t_start = time.perf_counter()
-    if scenario is not None and scenario not in SCENARIOS:
-        raise ValueError(f"unknown scenario {scenario!r} (one of: {', '.join(SCENARIOS)})")
-    preset = dict(SCENARIOS[scenario].defaults) if scenario else {}
+    call = _SimulateCall(SimpleNamespace(**locals()))   # the arguments as given
+    call.apply_scenario_defaults()
+    call.validate()
+    call.schedule_faults()
+    call.resolve_topic_config()
+    call.prepare_out_dir()
+    call.bound_window_to_memory()
+    call.build_engine_config()
+    call.build_core()
+    call.run_closed_loop()
+    call.write_manifest()
+    return call.summary()
 
-    def pick(name, value):
-        if value is not None:
-            return value
-        if name in preset:
-            return preset[name]
-        return _DEFAULTS[name]
 
-    brokers = int(pick("brokers", brokers))
-    partitions = int(pick("partitions", partitions))
-    rf = int(pick("rf", rf))
-    racks = int(pick("racks", racks))
-    acks_mix = pick("acks_mix", acks_mix)
-    if min_isr is None:
-        min_isr = preset.get("min_isr", 2 if rf >= 3 else None)
-    duration_ms = parse_duration(duration_ms)
-    topic_names = _resolve_topics(topics)
+def _jsonable(v):
+    """Mappings / tuples -> dicts / lists with string keys (acks_mix has int keys), for JSON."""
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
 
-    if brokers < 1:
-        raise ValueError(f"brokers must be >= 1 (got {brokers})")
-    if partitions < 1:
-        raise ValueError(f"partitions must be >= 1 (got {partitions})")
-    if not 1 <= rf <= brokers:
-        raise ValueError(f"rf must be between 1 and brokers={brokers} (got {rf})")
-    if racks < 1:
-        raise ValueError(f"racks must be >= 1 (got {racks})")
-    if min_isr is not None and not 1 <= int(min_isr) <= rf:
-        raise ValueError(f"min_isr must be between 1 and rf={rf} (got {min_isr})")
-    if duration_ms <= 0:
-        raise ValueError("duration must be positive")
-    if fmt not in ("parquet", "json", "jsonl"):
-        raise ValueError(f"fmt must be 'parquet' or 'json' (JSON-lines), got {fmt!r}")
-    fmt = "parquet" if fmt == "parquet" else "json"
-    if delivery not in ("immediate", "explicit"):
-        raise ValueError(f"delivery must be 'immediate' or 'explicit', got {delivery!r}")
-    if rows_per_file < 1:
-        raise ValueError("rows_per_file must be >= 1")
-    lo, hi = (float(x) for x in fetch_interval_ms)
-    if not 0 < lo <= hi:
-        raise ValueError(f"fetch_interval_ms must be (low, high) with 0 < low <= high, got {fetch_interval_ms!r}")
-    if tick_interval_ms < 0 or metadata_interval_ms <= 0 or alter_partition_interval_ms <= 0:
-        raise ValueError("tick_interval_ms must be >= 0 (0: no Tick rows); metadata/alter-partition intervals > 0")
-    if window_ms < 100:
-        raise ValueError("window_ms must be >= 100")
-    for nm, v in (("produce_rate", produce_rate), ("consumer_rate", consumer_rate)):
-        vals = v.values() if isinstance(v, Mapping) else [v]
-        if any(float(x) < 0 for x in vals):
-            raise ValueError(f"{nm} must be >= 0")
 
-    ss = np.random.SeedSequence(int(seed))
-    steady_ss, fault_ss, scen_ss, stale_ss = ss.spawn(4)
-    fault_list: list[Fault] = []
-    if scenario:
-        ctx = _Ctx(brokers, racks, topic_names, partitions, duration_ms,
-                   np.random.Generator(np.random.PCG64(scen_ss)), rf)
-        fault_list += SCENARIOS[scenario].faults(ctx)
-    fault_list += parse_faults(faults, brokers=brokers, racks=racks, topics=topic_names,
-                               partitions=partitions, duration_ms=duration_ms)
+class _SimulateCall:
+    """One ``simulate`` call as named steps, run in the order ``simulate`` lists them. ``a`` holds
+    the arguments as given (the manifest records several of them so, e.g. ``faults`` and the
+    rates); each step adds what it resolves as attributes for the later ones."""
 
-    if isinstance(topic_config, Mapping) and topic_config and all(isinstance(v, Mapping) for v in topic_config.values()):
-        tcfg = _per_topic({"default": None, **topic_config}, topic_names, "topic_config")
-    else:
-        tcfg = [dict(topic_config) if topic_config else None] * len(topic_names)
+    def __init__(self, given: SimpleNamespace):
+        self.t_start = time.perf_counter()
+        self.a = given
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    existing = sorted(p for p in out.iterdir() if p.name.startswith(("part-", "_tmp-part-", "_simulation")))
-    if existing:
-        if not overwrite:
-            raise FileExistsError(f"{out} already holds a stream ({existing[0].name}, ...); "
-                                  "use another directory or overwrite=True")
-        for p in existing:
-            p.unlink()
+    def apply_scenario_defaults(self) -> None:
+        """Explicit arguments win over the scenario's defaults, which win over _DEFAULTS."""
+        a = self.a
+        if a.scenario is not None and a.scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {a.scenario!r} (one of: {', '.join(SCENARIOS)})")
+        preset = dict(SCENARIOS[a.scenario].defaults) if a.scenario else {}
 
-    # Bound memory: shrink the window so that one window holds ~_MAX_WINDOW_ROWS rows.
-    n_parts = partitions * len(topic_names)
-    fetch_rate = 1000.0 * (math.log(hi / lo) / (hi - lo) if hi > lo else 1.0 / lo)
-    rates = [float(x) for x in (produce_rate.values() if isinstance(produce_rate, Mapping) else [produce_rate])]
-    crates = [float(x) for x in (consumer_rate.values() if isinstance(consumer_rate, Mapping) else [consumer_rate])]
-    per_part = (rf - 1) * fetch_rate * (1.0 + (0.6 if delivery == "explicit" else 0.0)) + max(rates) + max(crates)
-    est_rows_per_s = max(1e-9, n_parts * per_part)
-    window_ms = int(min(window_ms, max(100, (_MAX_WINDOW_ROWS / est_rows_per_s * 1000.0) // 100 * 100)))
+        def pick(name, value):
+            if value is not None:
+                return value
+            if name in preset:
+                return preset[name]
+            return _DEFAULTS[name]
 
-    engine_config: dict[str, str] = {}
-    if delivery == "explicit":
-        engine_config = {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit"}
-    if int(leader_imbalance_interval_ms) != 300_000:
-        engine_config["leader.imbalance.check.interval.seconds"] = str(max(1, int(leader_imbalance_interval_ms) // 1000))
-    engine_config.update({str(k): str(v) for k, v in (config or {}).items()})
-    core = _make_core(engine_config, int(seed), bool(stop_on_violation))
+        self.brokers = int(pick("brokers", a.brokers))
+        self.partitions = int(pick("partitions", a.partitions))
+        self.rf = int(pick("rf", a.rf))
+        self.racks = int(pick("racks", a.racks))
+        self.acks_mix = pick("acks_mix", a.acks_mix)
+        self.min_isr = a.min_isr
+        if self.min_isr is None:
+            self.min_isr = preset.get("min_isr", 2 if self.rf >= 3 else None)
+        self.duration_ms = parse_duration(a.duration_ms)
+        self.topic_names = _resolve_topics(a.topics)
 
-    writer = _StreamWriter(out, fmt, int(rows_per_file))
-    sim = _Sim(brokers=brokers, racks=racks, topics=topic_names, partitions=partitions, rf=rf,
-               duration_ms=duration_ms, min_isr=min_isr, topic_config=tcfg,
-               produce_rate=produce_rate, records_per_produce=records_per_produce, acks_mix=acks_mix,
-               fetch_interval_ms=(lo, hi), tick_interval_ms=int(tick_interval_ms),
-               consumer_rate=consumer_rate, delivery=delivery,
-               metadata_interval_ms=int(metadata_interval_ms),
-               alter_partition_interval_ms=int(alter_partition_interval_ms),
-               session_timeout_ms=int(session_timeout_ms), window_ms=int(window_ms),
-               log_loss_fraction=float(log_loss_fraction), faults=fault_list,
-               steady_rng=np.random.Generator(np.random.PCG64(steady_ss)),
-               fault_rng=np.random.Generator(np.random.PCG64(fault_ss)), writer=writer,
-               stale_rng=np.random.Generator(np.random.PCG64(stale_ss)), core=core)
-    try:
-        sim.run()
-    finally:
-        writer.close()
-    core_report = _core_summary(core)
+    def validate(self) -> None:
+        """Reject bad arguments before anything is written (the error names the argument)."""
+        a, brokers, rf, min_isr = self.a, self.brokers, self.rf, self.min_isr
+        if brokers < 1:
+            raise ValueError(f"brokers must be >= 1 (got {brokers})")
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be >= 1 (got {self.partitions})")
+        if not 1 <= rf <= brokers:
+            raise ValueError(f"rf must be between 1 and brokers={brokers} (got {rf})")
+        if self.racks < 1:
+            raise ValueError(f"racks must be >= 1 (got {self.racks})")
+        if min_isr is not None and not 1 <= int(min_isr) <= rf:
+            raise ValueError(f"min_isr must be between 1 and rf={rf} (got {min_isr})")
+        if self.duration_ms <= 0:
+            raise ValueError("duration must be positive")
+        if a.fmt not in ("parquet", "json", "jsonl"):
+            raise ValueError(f"fmt must be 'parquet' or 'json' (JSON-lines), got {a.fmt!r}")
+        self.fmt = "parquet" if a.fmt == "parquet" else "json"
+        if a.delivery not in ("immediate", "explicit"):
+            raise ValueError(f"delivery must be 'immediate' or 'explicit', got {a.delivery!r}")
+        if a.rows_per_file < 1:
+            raise ValueError("rows_per_file must be >= 1")
+        lo, hi = (float(x) for x in a.fetch_interval_ms)
+        if not 0 < lo <= hi:
+            raise ValueError(f"fetch_interval_ms must be (low, high) with 0 < low <= high, got {a.fetch_interval_ms!r}")
+        self.fetch_interval = (lo, hi)
+        if a.tick_interval_ms < 0 or a.metadata_interval_ms <= 0 or a.alter_partition_interval_ms <= 0:
+            raise ValueError("tick_interval_ms must be >= 0 (0: no Tick rows); metadata/alter-partition intervals > 0")
+        if a.window_ms < 100:
+            raise ValueError("window_ms must be >= 100")
+        for nm, v in (("produce_rate", a.produce_rate), ("consumer_rate", a.consumer_rate)):
+            vals = v.values() if isinstance(v, Mapping) else [v]
+            if any(float(x) < 0 for x in vals):
+                raise ValueError(f"{nm} must be >= 0")
 
-    def jsonable(v):
-        if isinstance(v, Mapping):
-            return {str(k): jsonable(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [jsonable(x) for x in v]
-        return v
+    def schedule_faults(self) -> None:
+        """The scenario's faults, then the ``faults`` argument's. The seed is split into four
+        independent generators (steady state, fault timing, scenario, stale clients), so that
+        adding a fault or a scenario does not move the traffic drawn from the others."""
+        a = self.a
+        ss = np.random.SeedSequence(int(a.seed))
+        steady_ss, fault_ss, scen_ss, stale_ss = ss.spawn(4)
+        self.seeds = (steady_ss, fault_ss, stale_ss)
+        self.fault_list: list[Fault] = []
+        if a.scenario:
+            ctx = _Ctx(self.brokers, self.racks, self.topic_names, self.partitions, self.duration_ms,
+                       np.random.Generator(np.random.PCG64(scen_ss)), self.rf)
+            self.fault_list += SCENARIOS[a.scenario].faults(ctx)
+        self.fault_list += parse_faults(a.faults, brokers=self.brokers, racks=self.racks,
+                                        topics=self.topic_names, partitions=self.partitions,
+                                        duration_ms=self.duration_ms)
 
-    params = {
-        "brokers": brokers, "partitions": partitions, "rf": rf, "topics": topic_names,
-        "racks": racks, "duration_ms": duration_ms, "seed": int(seed), "scenario": scenario,
-        "faults": faults, "resolved_faults": [f.spec() for f in fault_list], "fmt": fmt,
-        "rows_per_file": int(rows_per_file), "min_isr": min_isr, "topic_config": jsonable(topic_config),
-        "produce_rate": jsonable(produce_rate), "records_per_produce": jsonable(records_per_produce),
-        "acks_mix": jsonable(acks_mix), "fetch_interval_ms": [lo, hi],
-        "tick_interval_ms": int(tick_interval_ms), "consumer_rate": jsonable(consumer_rate),
-        "delivery": delivery, "metadata_interval_ms": int(metadata_interval_ms),
-        "alter_partition_interval_ms": int(alter_partition_interval_ms),
-        "session_timeout_ms": int(session_timeout_ms),
-        "leader_imbalance_interval_ms": int(leader_imbalance_interval_ms),
-        "reassign_settle_ms": int(reassign_settle_ms), "log_loss_fraction": float(log_loss_fraction),
-        "window_ms": int(window_ms),
-    }
-    manifest = {
-        "generator": "isrflow.simulate/1",
-        # same parameters + same library versions -> same bytes
-        "versions": {"numpy": np.__version__, "pyarrow": pa.__version__},
-        "parameters": params,
-        "engine_config": engine_config,
-        "rows": writer.rows,
-        "files": writer.files,
-        "last_ts_ms": duration_ms,
-        "counts": dict(sorted(sim.counts.items())),
-        "skipped_faults": sim.skipped,
-        "core": core_report,
-    }
-    (out / "_simulation.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    return {
-        "out": str(out), "rows": writer.rows, "files": len(writer.files), "brokers": brokers,
-        "partitions": partitions, "partitions_total": partitions * len(topic_names), "topics": topic_names,
-        "rf": rf, "duration_ms": duration_ms, "seed": int(seed), "scenario": scenario,
-        "faults": [f.spec() for f in fault_list], "skipped_faults": sim.skipped,
-        "counts": dict(sorted(sim.counts.items())), "engine_config": engine_config,
-        "stale_leader_produces": sim.n_stale, "core": core_report,
-        "elapsed_s": round(time.perf_counter() - t_start, 3),
-    }
+    def resolve_topic_config(self) -> None:
+        """``topic_config`` is one config for every topic, or {topic: config, "default": config}."""
+        tc, names = self.a.topic_config, self.topic_names
+        if isinstance(tc, Mapping) and tc and all(isinstance(v, Mapping) for v in tc.values()):
+            self.tcfg = _per_topic({"default": None, **tc}, names, "topic_config")
+        else:
+            self.tcfg = [dict(tc) if tc else None] * len(names)
+
+    def prepare_out_dir(self) -> None:
+        """Create the directory; an old stream in it is an error unless ``overwrite`` (then it is
+        removed: a stream mixing two runs' parts would replay as neither)."""
+        out = Path(self.a.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        existing = sorted(p for p in out.iterdir() if p.name.startswith(("part-", "_tmp-part-", "_simulation")))
+        if existing:
+            if not self.a.overwrite:
+                raise FileExistsError(f"{out} already holds a stream ({existing[0].name}, ...); "
+                                      "use another directory or overwrite=True")
+            for p in existing:
+                p.unlink()
+        self.out = out
+
+    def bound_window_to_memory(self) -> None:
+        """Bound memory: shrink the window so that one window holds ~_MAX_WINDOW_ROWS rows."""
+        a, (lo, hi) = self.a, self.fetch_interval
+        n_parts = self.partitions * len(self.topic_names)
+        fetch_rate = 1000.0 * (math.log(hi / lo) / (hi - lo) if hi > lo else 1.0 / lo)
+        rates = [float(x) for x in (a.produce_rate.values() if isinstance(a.produce_rate, Mapping) else [a.produce_rate])]
+        crates = [float(x) for x in (a.consumer_rate.values() if isinstance(a.consumer_rate, Mapping) else [a.consumer_rate])]
+        per_part = (self.rf - 1) * fetch_rate * (1.0 + (0.6 if a.delivery == "explicit" else 0.0)) + max(rates) + max(crates)
+        est_rows_per_s = max(1e-9, n_parts * per_part)
+        self.window_ms = int(min(a.window_ms, max(100, (_MAX_WINDOW_ROWS / est_rows_per_s * 1000.0) // 100 * 100)))
+
+    def build_engine_config(self) -> None:
+        """The engine config the stream is simulated under, and must be replayed under (the
+        manifest records it): the delivery mode's, the rebalance interval's, then ``config``."""
+        a = self.a
+        engine_config: dict[str, str] = {}
+        if a.delivery == "explicit":
+            engine_config = {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit"}
+        if int(a.leader_imbalance_interval_ms) != 300_000:
+            engine_config["leader.imbalance.check.interval.seconds"] = str(max(1, int(a.leader_imbalance_interval_ms) // 1000))
+        engine_config.update({str(k): str(v) for k, v in (a.config or {}).items()})
+        self.engine_config = engine_config
+
+    def build_core(self) -> None:
+        self.core = _make_core(self.engine_config, int(self.a.seed), bool(self.a.stop_on_violation))
+
+    def run_closed_loop(self) -> None:
+        """The environment (_Sim) drives the core and writes the stream; the writer is closed
+        even when the core stops the run (stop_on_violation), so the rows up to there remain."""
+        a, (steady_ss, fault_ss, stale_ss) = self.a, self.seeds
+        self.writer = _StreamWriter(self.out, self.fmt, int(a.rows_per_file))
+        self.sim = _Sim(
+            brokers=self.brokers, racks=self.racks, topics=self.topic_names, partitions=self.partitions,
+            rf=self.rf, duration_ms=self.duration_ms, min_isr=self.min_isr, topic_config=self.tcfg,
+            produce_rate=a.produce_rate, records_per_produce=a.records_per_produce, acks_mix=self.acks_mix,
+            fetch_interval_ms=self.fetch_interval, tick_interval_ms=int(a.tick_interval_ms),
+            consumer_rate=a.consumer_rate, delivery=a.delivery,
+            metadata_interval_ms=int(a.metadata_interval_ms),
+            alter_partition_interval_ms=int(a.alter_partition_interval_ms),
+            session_timeout_ms=int(a.session_timeout_ms), window_ms=int(self.window_ms),
+            log_loss_fraction=float(a.log_loss_fraction), faults=self.fault_list,
+            steady_rng=np.random.Generator(np.random.PCG64(steady_ss)),
+            fault_rng=np.random.Generator(np.random.PCG64(fault_ss)), writer=self.writer,
+            stale_rng=np.random.Generator(np.random.PCG64(stale_ss)), core=self.core)
+        try:
+            self.sim.run()
+        finally:
+            self.writer.close()
+        self.core_report = _core_summary(self.core)
+
+    def write_manifest(self) -> None:
+        """``_simulation.json``: the parameters (as given where the reader wants the intent, e.g.
+        ``faults``; resolved where a default applied), the engine config and what was written."""
+        a = self.a
+        params = {
+            "brokers": self.brokers, "partitions": self.partitions, "rf": self.rf, "topics": self.topic_names,
+            "racks": self.racks, "duration_ms": self.duration_ms, "seed": int(a.seed), "scenario": a.scenario,
+            "faults": a.faults, "resolved_faults": [f.spec() for f in self.fault_list], "fmt": self.fmt,
+            "rows_per_file": int(a.rows_per_file), "min_isr": self.min_isr,
+            "topic_config": _jsonable(a.topic_config),
+            "produce_rate": _jsonable(a.produce_rate), "records_per_produce": _jsonable(a.records_per_produce),
+            "acks_mix": _jsonable(self.acks_mix), "fetch_interval_ms": list(self.fetch_interval),
+            "tick_interval_ms": int(a.tick_interval_ms), "consumer_rate": _jsonable(a.consumer_rate),
+            "delivery": a.delivery, "metadata_interval_ms": int(a.metadata_interval_ms),
+            "alter_partition_interval_ms": int(a.alter_partition_interval_ms),
+            "session_timeout_ms": int(a.session_timeout_ms),
+            "leader_imbalance_interval_ms": int(a.leader_imbalance_interval_ms),
+            "reassign_settle_ms": int(a.reassign_settle_ms), "log_loss_fraction": float(a.log_loss_fraction),
+            "window_ms": int(self.window_ms),
+        }
+        manifest = {
+            "generator": "isrflow.simulate/1",
+            # same parameters + same library versions -> same bytes
+            "versions": {"numpy": np.__version__, "pyarrow": pa.__version__},
+            "parameters": params,
+            "engine_config": self.engine_config,
+            "rows": self.writer.rows,
+            "files": self.writer.files,
+            "last_ts_ms": self.duration_ms,
+            "counts": dict(sorted(self.sim.counts.items())),
+            "skipped_faults": self.sim.skipped,
+            "core": self.core_report,
+        }
+        (self.out / "_simulation.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+    def summary(self) -> dict:
+        a, sim, writer = self.a, self.sim, self.writer
+        return {
+            "out": str(self.out), "rows": writer.rows, "files": len(writer.files), "brokers": self.brokers,
+            "partitions": self.partitions, "partitions_total": self.partitions * len(self.topic_names),
+            "topics": self.topic_names, "rf": self.rf, "duration_ms": self.duration_ms, "seed": int(a.seed),
+            "scenario": a.scenario, "faults": [f.spec() for f in self.fault_list],
+            "skipped_faults": sim.skipped, "counts": dict(sorted(sim.counts.items())),
+            "engine_config": self.engine_config, "stale_leader_produces": sim.n_stale, "core": self.core_report,
+            "elapsed_s": round(time.perf_counter() - self.t_start, 3),
+        }
 
 
 # --------------------------------------------------------------------------
