@@ -193,14 +193,23 @@ def test_the_room_checker_catches_a_crossing(tmp_path, monkeypatch):
     assert not any("imports protocol.messages" in g for g in got)
 
 
-def test_no_protocol_function_over_80_lines():
-    """A function that long is several steps wanting names (the old Partition.fetch and .build)."""
+def test_no_function_over_80_lines():
+    """A function that long is several steps wanting names (the old Partition.fetch and .build, the
+    simulator's `simulate`), in protocol/ and in jobs/ alike."""
     long = []
-    for f in sorted((ROOT / "protocol").rglob("*.py")):
+    for f in sorted([*(ROOT / "protocol").rglob("*.py"), *(ROOT / "jobs").rglob("*.py")]):
         for n in ast.walk(ast.parse(f.read_text())):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 80:
-                long.append(f"{f.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
+                if (str(f.relative_to(ROOT)), n.name) not in STILL_LONG:
+                    long.append(f"{f.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1} lines)")
     assert long == []
+
+
+# The metadata-log decoder's and converter's long functions, not yet split: read_binary's record loop
+# is the decoder's hot loop (345k records/s), whose per-record calls are what a split would add, so
+# it waits for a split measured not to cost; the other three follow. Nothing may join this list.
+STILL_LONG = {("jobs/metalog/reader.py", "read_binary"), ("jobs/metalog/reader.py", "read_dump_text"),
+              ("jobs/metalog/convert.py", "batch"), ("jobs/metalog/audit.py", "check_history")}
 
 
 # ---------------------------------------------------------------- wings of jobs/
