@@ -208,106 +208,155 @@ def compare(kafka_records: list[dict], isr_rows: list[dict], elections: list[dic
 
 # ----------------------------------------------------------------------------- invariants on the real history
 def check_history(kafka_records: list[dict], settings: dict) -> list[dict]:
-    findings = []
-    default_min = int(settings.get("min.insync.replicas", "1"))
-    topic_min: dict[str, int] = {}
-    fenced: dict[int, bool] = {}
-    in_cs: dict[int, bool] = {}
-    state: dict[tuple, dict] = {}
-    since_under: dict[tuple, int] = {}
-    since_leaderless: dict[tuple, int] = {}
-    under_total: dict[tuple, int] = {}
-    leaderless_total: dict[tuple, int] = {}
-    last_raft = None
+    """The invariants of the real history, kafka_records in log order: the raft epoch never goes back; each
+    partition decision is checked on its own (leader in the ISR, ELR apart from the ISR and only under min ISR)
+    and against the partition's previous state (epochs, who could be elected), with the min.insync.replicas and
+    the brokers' state in force at its offset; at the end, each partition's time under min ISR and without a
+    leader, up to the last record."""
     end_ts = max((r["append_ms"] or 0 for r in kafka_records), default=0)
-
-    def f(r, inv, detail, dur=None):
-        findings.append({"offset": r.get("offset"), "ts_ms": r.get("append_ms"), "topic": r.get("topic"),
-                         "partition": r.get("partition"), "invariant": inv, "detail": detail,
-                         "duration_ms": dur})
-
+    h = _History(int(settings.get("min.insync.replicas", "1")))
     for r in kafka_records:
         if r.get("in_snapshot") and r.get("partition_epoch") is None:
-            continue
-        if r.get("raft_epoch") is not None and not r.get("in_snapshot"):
-            if last_raft is not None and r["raft_epoch"] < last_raft:
-                f(r, "EpochMonotonic", f"raft epoch went back from {last_raft} to {r['raft_epoch']}")
-            last_raft = max(last_raft or 0, r["raft_epoch"])
+            continue                # the snapshot's other records: state from before the history
+        if r.get("raft_epoch") != h.last_raft:        # most records repeat the epoch: nothing to check then
+            h.check_raft_epoch(r)
         t = r["record_type"]
         if t == "ConfigRecord" and r.get("data"):
-            d = json.loads(r["data"])
-            if d.get("resourceType") == 2 and d.get("name") == "min.insync.replicas":
-                if d.get("value") is None:
-                    topic_min.pop(d["resourceName"], None)
-                else:
-                    topic_min[d["resourceName"]] = int(d["value"])
-            elif d.get("resourceType") == 4 and d.get("resourceName") == "" and d.get("name") == "min.insync.replicas" \
-                    and d.get("value") is not None:
-                default_min = int(d["value"])
-        if t in ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
-                 "UnfenceBrokerRecord") and r.get("data"):
-            d = json.loads(r["data"])
-            b = d.get("brokerId", d.get("id"))
-            if t == "RegisterBrokerRecord":
-                fenced[b] = d.get("fenced", True)
-                in_cs[b] = d.get("inControlledShutdown", False)
-            elif t == "FenceBrokerRecord" or d.get("fenced") == 1:
-                fenced[b] = True
-                in_cs[b] = False
-            elif t == "UnfenceBrokerRecord" or d.get("fenced") == -1:
-                fenced[b] = False
-            if d.get("inControlledShutdown") == 1:
-                in_cs[b] = True
-        if r.get("partition_epoch") is None:
-            continue
+            h.track_min_isr(json.loads(r["data"]))
+        elif t in _BROKER_STATE_RECORDS and r.get("data"):
+            h.track_broker(t, json.loads(r["data"]))
+        if r.get("partition_epoch") is not None:
+            h.check_decision(r)
+    return h.findings + h.durations(end_ts)
+
+
+_BROKER_STATE_RECORDS = ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
+                         "UnfenceBrokerRecord")
+
+
+class _History:
+    """What `check_history` knows at a point of the log, and what it found so far."""
+
+    def __init__(self, default_min: int):
+        self.findings: list[dict] = []
+        self.default_min = default_min                  # cluster-wide min.insync.replicas
+        self.topic_min: dict[str, int] = {}
+        self.fenced: dict[int, bool] = {}
+        self.in_cs: dict[int, bool] = {}
+        self.state: dict[tuple, dict] = {}              # (topic, partition) -> its last decision
+        self.since_under: dict[tuple, int] = {}         # partitions under min ISR now: since when
+        self.since_leaderless: dict[tuple, int] = {}
+        self.under_total: dict[tuple, int] = {}
+        self.leaderless_total: dict[tuple, int] = {}
+        self.last_raft = None
+
+    def find(self, r, inv, detail, dur=None) -> None:
+        self.findings.append({"offset": r.get("offset"), "ts_ms": r.get("append_ms"), "topic": r.get("topic"),
+                              "partition": r.get("partition"), "invariant": inv, "detail": detail,
+                              "duration_ms": dur})
+
+    def check_raft_epoch(self, r) -> None:
+        """The log's raft epochs never decrease (a snapshot's records carry the epoch of their time)."""
+        if r.get("raft_epoch") is not None and not r.get("in_snapshot"):
+            if self.last_raft is not None and r["raft_epoch"] < self.last_raft:
+                self.find(r, "EpochMonotonic", f"raft epoch went back from {self.last_raft} to {r['raft_epoch']}")
+            self.last_raft = max(self.last_raft or 0, r["raft_epoch"])
+
+    def track_min_isr(self, d: dict) -> None:
+        """A ConfigRecord: a topic's or the cluster's min.insync.replicas from here on."""
+        if d.get("resourceType") == 2 and d.get("name") == "min.insync.replicas":
+            if d.get("value") is None:
+                self.topic_min.pop(d["resourceName"], None)
+            else:
+                self.topic_min[d["resourceName"]] = int(d["value"])
+        elif d.get("resourceType") == 4 and d.get("resourceName") == "" and d.get("name") == "min.insync.replicas" \
+                and d.get("value") is not None:
+            self.default_min = int(d["value"])
+
+    def track_broker(self, t: str, d: dict) -> None:
+        """A broker's fenced / controlled-shutdown state from here on (who may be elected)."""
+        b = d.get("brokerId", d.get("id"))
+        if t == "RegisterBrokerRecord":
+            self.fenced[b] = d.get("fenced", True)
+            self.in_cs[b] = d.get("inControlledShutdown", False)
+        elif t == "FenceBrokerRecord" or d.get("fenced") == 1:
+            self.fenced[b] = True
+            self.in_cs[b] = False
+        elif t == "UnfenceBrokerRecord" or d.get("fenced") == -1:
+            self.fenced[b] = False
+        if d.get("inControlledShutdown") == 1:
+            self.in_cs[b] = True
+
+    def check_decision(self, r) -> None:
+        """One partition decision: its own state, the change from the previous one, and the clocks of the
+        partition's time under min ISR and without a leader."""
         key = (r["topic"], r["partition"])
-        prev = state.get(key)
-        ts = r["append_ms"] or 0
+        prev = self.state.get(key)
         name = f"{r['topic']}-{r['partition']}"
         isr, elr, lk, leader = r["isr"] or [], r["elr"] or [], r["last_known_elr"] or [], r["leader"]
-        if set(isr) & set(elr):
-            f(r, "ElrIsrDisjoint", f"{name}: ISR {isr} and ELR {elr} share {sorted(set(isr) & set(elr))}")
-        mi = min(topic_min.get(r["topic"], default_min), len(r["replicas"] or []) or 1)
-        if elr and len(isr) >= mi:
-            f(r, "ElrOnlyUnderMinIsr", f"{name}: ELR {elr} is not empty while ISR {isr} has at least min ISR {mi}")
-        if leader != -1 and leader not in isr:
-            f(r, "LeaderInIsr", f"{name}: leader {leader} is not in the ISR {isr}")
+        mi = min(self.topic_min.get(r["topic"], self.default_min), len(r["replicas"] or []) or 1)
+        self._check_state(r, name, isr, elr, leader, mi)
         if prev is not None:
-            if r["leader_epoch"] < prev["leader_epoch"] or r["partition_epoch"] <= prev["partition_epoch"]:
-                f(r, "EpochMonotonic", f"{name}: epochs went from (leader {prev['leader_epoch']}, partition "
-                                       f"{prev['partition_epoch']}) to ({r['leader_epoch']}, {r['partition_epoch']})")
-            if leader != -1 and (leader != prev["leader"] or r["leader_epoch"] != prev["leader_epoch"]):
-                if fenced.get(leader, False) or in_cs.get(leader, False):
-                    f(r, "LeaderEligibility", f"{name}: elected broker {leader} is "
-                                              f"{'fenced' if fenced.get(leader) else 'in controlled shutdown'}")
-                if leader not in prev["isr"] and leader not in prev["elr"] and leader != prev["leader"]:
-                    how = ("the last known ELR member" if leader in prev["last_known_elr"] else
-                           "neither in the ISR nor in the ELR")
-                    f(r, "UncleanElection", f"{name}: leader {leader} elected though it was {how} "
-                                            f"(ISR {prev['isr']}, ELR {prev['elr']}); recovery state "
-                                            f"{r['leader_recovery_state']}")
-        under = len(isr) < mi
-        if under and key not in since_under:
-            since_under[key] = ts
-        elif not under and key in since_under:
-            under_total[key] = under_total.get(key, 0) + ts - since_under.pop(key)
-        if leader == -1 and key not in since_leaderless:
-            since_leaderless[key] = ts
-            f(r, "Leaderless", f"{name}: no leader (ISR {isr}, ELR {elr}, last known ELR {lk})")
-        elif leader != -1 and key in since_leaderless:
-            leaderless_total[key] = leaderless_total.get(key, 0) + ts - since_leaderless.pop(key)
-        state[key] = r
-    for key, t0 in since_under.items():
-        under_total[key] = under_total.get(key, 0) + end_ts - t0
-    for key, t0 in since_leaderless.items():
-        leaderless_total[key] = leaderless_total.get(key, 0) + end_ts - t0
-    for key, ms in sorted(under_total.items()):
-        findings.append({"topic": key[0], "partition": key[1], "invariant": "TimeUnderMinIsr", "duration_ms": ms,
-                         "detail": f"{key[0]}-{key[1]}: {ms} ms with ISR below min ISR", "ts_ms": end_ts})
-    for key, ms in sorted(leaderless_total.items()):
-        findings.append({"topic": key[0], "partition": key[1], "invariant": "TimeWithoutLeader", "duration_ms": ms,
-                         "detail": f"{key[0]}-{key[1]}: {ms} ms without a leader", "ts_ms": end_ts})
-    return findings
+            self._check_change(r, prev, name, leader)
+        self._track_time(r, key, name, len(isr) < mi, isr, elr, lk, leader)
+        self.state[key] = r
+
+    def _check_state(self, r, name, isr, elr, leader, mi) -> None:
+        """ELR ∩ ISR = ∅, an ELR only while the ISR is under min ISR, the leader in the ISR."""
+        if set(isr) & set(elr):
+            self.find(r, "ElrIsrDisjoint", f"{name}: ISR {isr} and ELR {elr} share {sorted(set(isr) & set(elr))}")
+        if elr and len(isr) >= mi:
+            self.find(r, "ElrOnlyUnderMinIsr",
+                      f"{name}: ELR {elr} is not empty while ISR {isr} has at least min ISR {mi}")
+        if leader != -1 and leader not in isr:
+            self.find(r, "LeaderInIsr", f"{name}: leader {leader} is not in the ISR {isr}")
+
+    def _check_change(self, r, prev, name, leader) -> None:
+        """Epochs only go up; a new leader was neither fenced nor shutting down, and came from the ISR or the
+        ELR (else the election was unclean)."""
+        if r["leader_epoch"] < prev["leader_epoch"] or r["partition_epoch"] <= prev["partition_epoch"]:
+            self.find(r, "EpochMonotonic", f"{name}: epochs went from (leader {prev['leader_epoch']}, partition "
+                                           f"{prev['partition_epoch']}) to ({r['leader_epoch']}, "
+                                           f"{r['partition_epoch']})")
+        if leader != -1 and (leader != prev["leader"] or r["leader_epoch"] != prev["leader_epoch"]):
+            if self.fenced.get(leader, False) or self.in_cs.get(leader, False):
+                why = "fenced" if self.fenced.get(leader) else "in controlled shutdown"
+                self.find(r, "LeaderEligibility", f"{name}: elected broker {leader} is {why}")
+            if leader not in prev["isr"] and leader not in prev["elr"] and leader != prev["leader"]:
+                how = ("the last known ELR member" if leader in prev["last_known_elr"] else
+                       "neither in the ISR nor in the ELR")
+                self.find(r, "UncleanElection", f"{name}: leader {leader} elected though it was {how} "
+                                                f"(ISR {prev['isr']}, ELR {prev['elr']}); recovery state "
+                                                f"{r['leader_recovery_state']}")
+
+    def _track_time(self, r, key, name, under, isr, elr, lk, leader) -> None:
+        """The clocks of time under min ISR and without a leader start and stop at decisions (a leaderless
+        partition is also a finding when it starts)."""
+        ts = r["append_ms"] or 0
+        if under and key not in self.since_under:
+            self.since_under[key] = ts
+        elif not under and key in self.since_under:
+            self.under_total[key] = self.under_total.get(key, 0) + ts - self.since_under.pop(key)
+        if leader == -1 and key not in self.since_leaderless:
+            self.since_leaderless[key] = ts
+            self.find(r, "Leaderless", f"{name}: no leader (ISR {isr}, ELR {elr}, last known ELR {lk})")
+        elif leader != -1 and key in self.since_leaderless:
+            self.leaderless_total[key] = self.leaderless_total.get(key, 0) + ts - self.since_leaderless.pop(key)
+
+    def durations(self, end_ts: int) -> list[dict]:
+        """Time under min ISR and without a leader per partition; a clock still running stops at the last record."""
+        for key, t0 in self.since_under.items():
+            self.under_total[key] = self.under_total.get(key, 0) + end_ts - t0
+        for key, t0 in self.since_leaderless.items():
+            self.leaderless_total[key] = self.leaderless_total.get(key, 0) + end_ts - t0
+        out = []
+        for key, ms in sorted(self.under_total.items()):
+            out.append({"topic": key[0], "partition": key[1], "invariant": "TimeUnderMinIsr", "duration_ms": ms,
+                        "detail": f"{key[0]}-{key[1]}: {ms} ms with ISR below min ISR", "ts_ms": end_ts})
+        for key, ms in sorted(self.leaderless_total.items()):
+            out.append({"topic": key[0], "partition": key[1], "invariant": "TimeWithoutLeader", "duration_ms": ms,
+                        "detail": f"{key[0]}-{key[1]}: {ms} ms without a leader", "ts_ms": end_ts})
+        return out
 
 
 def _compare_tables(tables_dir: Path, res):

@@ -102,6 +102,9 @@ _MERGE_FIELDS = (("isr", "isr", None), ("leader", "leader", -2), ("replicas", "r
                  ("leaderRecoveryState", "lrs", -1), ("eligibleLeaderReplicas", "elr", None),
                  ("lastKnownElr", "lkelr", None))
 
+# the records that change a broker's fenced / controlled-shutdown state
+_BROKER_STATE_RECORDS = frozenset({"BrokerRegistrationChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord"})
+
 
 class Converter:
     def __init__(self):
@@ -116,6 +119,9 @@ class Converter:
         self.ts = 0
         self.counts: dict[str, int] = {}
         self.unexplained = 0
+        # within a batch (see `batch`)
+        self.pending: list = []                   # (rec, before, part, after) PCRs not attributed yet
+        self.open_group = None                    # (kind, broker, seq) of a broker event whose PCRs follow its record
 
     # ------------------------------------------------------------------ output helpers
     def emit(self, ev: dict) -> int:
@@ -315,137 +321,176 @@ class Converter:
             ci += 1
         return self.res
 
+    # ------------------------------------------------------------------ one batch, record by record
     def batch(self, batch) -> None:
-        pending = []          # (rec, before, part) PCRs not attributed yet
-        open_group = None     # (kind, broker, seq) of a broker event whose PCRs follow its record
+        """The records of one batch (its transactions resolved), in order, each attributed to what caused it.
+
+        The controller writes a broker event's partition changes in the same batch, after it (a controlled
+        shutdown, an unfence: `open_group`) or before it (a fence, a registration): a PartitionChangeRecord no
+        event claimed yet waits in `pending`. Any other record ends that run of changes: the pending ones are
+        then classified one by one, as is what is left at the end of the batch."""
+        self.pending = []
+        self.open_group = None
         k = 0
         n = len(batch)
         while k < n:
             r = batch[k]
-            t, d = r.type, r.data
-            if r.control or d is None:
-                self.add_row(self.row(r, "Control" if r.control else "Undecoded"))
-                if not r.control:
-                    self.counts["undecoded"] = self.counts.get("undecoded", 0) + 1
-                k += 1
+            t = r.type
+            if r.control or r.data is None:
+                self._without_data(r)
+            elif t == "PartitionChangeRecord":
+                self._partition_change(r)
+            elif t in _BROKER_STATE_RECORDS:
+                self._broker_state_change(r)
+            elif t == "RegisterBrokerRecord":
+                self._broker_registration(r)
+            else:
+                self._end_change_run()
+                k = self._other_record(batch, k)
                 continue
-            if t == "PartitionChangeRecord":
-                p = self.part_of(d)
-                if p is None:
-                    self.res.issues.append(Issue(r.file, r.pos, "unknown-partition",
-                                                 f"offset {r.offset}: change of unknown partition "
-                                                 f"{d.get('topicId')}-{d.get('partitionId')} (no PartitionRecord "
-                                                 "before it)", skipped=1))
-                    self.add_row(self.row(r, "UnknownPartition"))
-                    k += 1
-                    continue
-                before = p.snap()
-                self.merge(p, d)
-                if open_group is not None and self._belongs(open_group, before, p, d):
-                    kind, b, s = open_group
-                    self.add_row(self.row(r, kind, s, s, p))
-                    self.follow(p, p.snap(), before)
-                else:
-                    open_group = None
-                    pending.append((r, before, p, p.snap()))
-                k += 1
-                continue
-            if t == "BrokerRegistrationChangeRecord" or t in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
-                if t == "FenceBrokerRecord":
-                    bid, fenced, cs = d["id"], 1, 0
-                elif t == "UnfenceBrokerRecord":
-                    bid, fenced, cs = d["id"], -1, 0
-                else:
-                    bid, fenced, cs = d["brokerId"], d.get("fenced", 0), d.get("inControlledShutdown", 0)
-                br = self.brokers.setdefault(bid, Broker())
-                if fenced == 1:
-                    mine = self._take_trailing(pending, lambda before, after, dd: self._removes(bid, before, after))
-                    self.flush(pending)
-                    pending = []
-                    br.fenced = True
-                    br.in_cs = False
-                    s = self.emit({"type": "BrokerFence", "broker": bid})
-                    for (pr, _b, p, af) in mine:
-                        self.add_row(self.row(pr, "BrokerFence", s, s, p, after=af))
-                    for (pr, b4, p, af) in mine:
-                        self.follow(p, af, b4)
-                    self.add_row(self.row(r, "BrokerFence", s, s, extra={"broker": bid}))
-                    open_group = None
-                elif cs == 1:
-                    self.flush(pending)
-                    pending = []
-                    br.in_cs = True
-                    br.clean_shutdown = True
-                    s = self.emit({"type": "BrokerControlledShutdown", "broker": bid})
-                    self.add_row(self.row(r, "BrokerControlledShutdown", s, s, extra={"broker": bid}))
-                    open_group = ("BrokerControlledShutdown", bid, s)
-                elif fenced == -1:
-                    self.flush(pending)
-                    pending = []
-                    br.fenced = False
-                    s = self.emit({"type": "BrokerUnfence", "broker": bid})
-                    self.add_row(self.row(r, "BrokerUnfence", s, s, extra={"broker": bid}))
-                    open_group = ("BrokerUnfence", bid, s)
-                else:
-                    self.add_row(self.row(r, "NoPartitionEffect", extra={"broker": bid}))
-                k += 1
-                continue
-            if t == "RegisterBrokerRecord":
-                bid = d["brokerId"]
-                mine = self._take_trailing(pending, lambda before, after, dd: self._elr_removal(bid, before, after))
-                self.flush(pending)
-                pending = []
-                br = self.brokers.setdefault(bid, Broker())
-                prev = br.epoch if (br.registered and br.clean_shutdown) else -1
-                br.epoch, br.registered = d["brokerEpoch"], True
-                br.fenced, br.in_cs, br.clean_shutdown = d.get("fenced", True), d.get("inControlledShutdown",
-                                                                                         False), False
-                s = self.emit({"type": "BrokerRegister", "broker": bid, "broker_epoch": d["brokerEpoch"],
-                               "previous_broker_epoch": prev})
-                for (pr, _b, p, af) in mine:
-                    self.add_row(self.row(pr, "BrokerRegister", s, s, p, after=af))
-                self.add_row(self.row(r, "BrokerRegister", s, s, extra={"broker": bid, "broker_epoch": br.epoch}))
-                if not br.fenced:
-                    self.emit({"type": "BrokerUnfence", "broker": bid})
-                open_group = None
-                k += 1
-                continue
-            # everything else ends the PCR run
-            self.flush(pending)
-            pending = []
-            open_group = None
-            if t == "TopicRecord":
-                k = self.create_topic(batch, k)
-                continue
-            if t == "ConfigRecord":
-                k = self.alter_config(batch, k)
-                continue
-            if t == "ClearElrRecord":
-                self.clear_elr(r, None, None)
-                k += 1
-                continue
-            if t == "PartitionRecord":      # a partition added to an existing topic (CreatePartitions)
-                p = self.apply_pr(d)
-                s = self.emit({"type": "CreatePartition", "topic": p.topic, "partition": p.pid,
-                               "replicas": list(p.replicas)})
-                self.add_row(self.row(r, "CreatePartition", s, s, p))
-                self.follow(p, p.snap())
-                k += 1
-                continue
-            if t == "FeatureLevelRecord":
-                self.features[d["name"]] = d["featureLevel"]
-            elif t == "RemoveTopicRecord":
-                name = self.topics.pop(d["topicId"], None)
-                for key in [key for key in self.parts if key[0] == d["topicId"]]:
-                    del self.parts[key]
-                self.res.issues.append(Issue(r.file, r.pos, "not-representable",
-                                             f"offset {r.offset}: topic {name} deleted; the stream has no "
-                                             "deletion event (its partitions stay in the replay)"))
-            elif t in ("UnregisterBrokerRecord",):
-                self.brokers.pop(d["brokerId"], None)
-            self.add_row(self.row(r, "NoPartitionEffect"))
             k += 1
-        self.flush(pending)
+        self.flush(self.pending)
+
+    def _end_change_run(self) -> None:
+        """The run of PartitionChangeRecords ends: each change still pending is classified on its own."""
+        self.flush(self.pending)
+        self.pending = []
+        self.open_group = None
+
+    def _without_data(self, r) -> None:
+        """A control record or an undecoded one: a row and no event; a run of changes goes on across it."""
+        self.add_row(self.row(r, "Control" if r.control else "Undecoded"))
+        if not r.control:
+            self.counts["undecoded"] = self.counts.get("undecoded", 0) + 1
+
+    def _partition_change(self, r) -> None:
+        """A PartitionChangeRecord merged into its partition: the open broker event's if it is that event's
+        effect, else pending until a later record of the batch claims it."""
+        d = r.data
+        p = self.part_of(d)
+        if p is None:
+            self.res.issues.append(Issue(r.file, r.pos, "unknown-partition",
+                                         f"offset {r.offset}: change of unknown partition "
+                                         f"{d.get('topicId')}-{d.get('partitionId')} (no PartitionRecord "
+                                         "before it)", skipped=1))
+            self.add_row(self.row(r, "UnknownPartition"))
+            return
+        before = p.snap()
+        self.merge(p, d)
+        if self.open_group is not None and self._belongs(self.open_group, before, p, d):
+            kind, _b, s = self.open_group
+            self.add_row(self.row(r, kind, s, s, p))
+            self.follow(p, p.snap(), before)
+        else:
+            self.open_group = None
+            self.pending.append((r, before, p, p.snap()))
+
+    def _broker_state_change(self, r) -> None:
+        """BrokerRegistrationChangeRecord, FenceBrokerRecord or UnfenceBrokerRecord: a fence, a controlled
+        shutdown, an unfence, or a change no partition sees."""
+        t, d = r.type, r.data
+        if t == "FenceBrokerRecord":
+            bid, fenced, cs = d["id"], 1, 0
+        elif t == "UnfenceBrokerRecord":
+            bid, fenced, cs = d["id"], -1, 0
+        else:
+            bid, fenced, cs = d["brokerId"], d.get("fenced", 0), d.get("inControlledShutdown", 0)
+        br = self.brokers.setdefault(bid, Broker())
+        if fenced == 1:
+            self._broker_fenced(r, bid, br)
+        elif cs == 1:
+            self._broker_shutting_down(r, bid, br)
+        elif fenced == -1:
+            self._broker_unfenced(r, bid, br)
+        else:
+            self.add_row(self.row(r, "NoPartitionEffect", extra={"broker": bid}))
+
+    def _broker_fenced(self, r, bid: int, br: Broker) -> None:
+        """A fence: the pending changes just before it that took the broker out of an ISR or a leadership are
+        its effect; the earlier ones are classified on their own."""
+        mine = self._take_trailing(self.pending, lambda before, after, dd: self._removes(bid, before, after))
+        self._end_change_run()
+        br.fenced = True
+        br.in_cs = False
+        s = self.emit({"type": "BrokerFence", "broker": bid})
+        for (pr, _b, p, af) in mine:
+            self.add_row(self.row(pr, "BrokerFence", s, s, p, after=af))
+        for (pr, b4, p, af) in mine:
+            self.follow(p, af, b4)
+        self.add_row(self.row(r, "BrokerFence", s, s, extra={"broker": bid}))
+
+    def _broker_shutting_down(self, r, bid: int, br: Broker) -> None:
+        """A controlled shutdown: the changes after it that move the broker out belong to it."""
+        self._end_change_run()
+        br.in_cs = True
+        br.clean_shutdown = True
+        s = self.emit({"type": "BrokerControlledShutdown", "broker": bid})
+        self.add_row(self.row(r, "BrokerControlledShutdown", s, s, extra={"broker": bid}))
+        self.open_group = ("BrokerControlledShutdown", bid, s)
+
+    def _broker_unfenced(self, r, bid: int, br: Broker) -> None:
+        """An unfence: the changes after it that bring the broker back (leader, ISR) belong to it."""
+        self._end_change_run()
+        br.fenced = False
+        s = self.emit({"type": "BrokerUnfence", "broker": bid})
+        self.add_row(self.row(r, "BrokerUnfence", s, s, extra={"broker": bid}))
+        self.open_group = ("BrokerUnfence", bid, s)
+
+    def _broker_registration(self, r) -> None:
+        """A (re-)registration: the pending changes just before it that took the broker out of an ELR are its
+        effect. The previous epoch is the stream's only when the last incarnation shut down cleanly."""
+        d = r.data
+        bid = d["brokerId"]
+        mine = self._take_trailing(self.pending, lambda before, after, dd: self._elr_removal(bid, before, after))
+        self._end_change_run()
+        br = self.brokers.setdefault(bid, Broker())
+        prev = br.epoch if (br.registered and br.clean_shutdown) else -1
+        br.epoch, br.registered = d["brokerEpoch"], True
+        br.fenced, br.in_cs, br.clean_shutdown = d.get("fenced", True), d.get("inControlledShutdown", False), False
+        s = self.emit({"type": "BrokerRegister", "broker": bid, "broker_epoch": d["brokerEpoch"],
+                       "previous_broker_epoch": prev})
+        for (pr, _b, p, af) in mine:
+            self.add_row(self.row(pr, "BrokerRegister", s, s, p, after=af))
+        self.add_row(self.row(r, "BrokerRegister", s, s, extra={"broker": bid, "broker_epoch": br.epoch}))
+        if not br.fenced:
+            self.emit({"type": "BrokerUnfence", "broker": bid})
+
+    def _other_record(self, batch, k: int) -> int:
+        """Any other record, at `batch[k]`: an admin request (a topic created, configs altered: the records that
+        belong to it follow), an ELR cleared, a partition added, or state no partition sees. -> the next index."""
+        r = batch[k]
+        t = r.type
+        if t == "TopicRecord":
+            return self.create_topic(batch, k)
+        if t == "ConfigRecord":
+            return self.alter_config(batch, k)
+        if t == "ClearElrRecord":
+            self.clear_elr(r, None, None)
+        elif t == "PartitionRecord":      # a partition added to an existing topic (CreatePartitions)
+            p = self.apply_pr(r.data)
+            s = self.emit({"type": "CreatePartition", "topic": p.topic, "partition": p.pid,
+                           "replicas": list(p.replicas)})
+            self.add_row(self.row(r, "CreatePartition", s, s, p))
+            self.follow(p, p.snap())
+        else:
+            self._no_partition_effect(r)
+        return k + 1
+
+    def _no_partition_effect(self, r) -> None:
+        """Features, topic deletions, broker unregistrations and the rest: state kept, a row, no event."""
+        t, d = r.type, r.data
+        if t == "FeatureLevelRecord":
+            self.features[d["name"]] = d["featureLevel"]
+        elif t == "RemoveTopicRecord":
+            name = self.topics.pop(d["topicId"], None)
+            for key in [key for key in self.parts if key[0] == d["topicId"]]:
+                del self.parts[key]
+            self.res.issues.append(Issue(r.file, r.pos, "not-representable",
+                                         f"offset {r.offset}: topic {name} deleted; the stream has no "
+                                         "deletion event (its partitions stay in the replay)"))
+        elif t in ("UnregisterBrokerRecord",):
+            self.brokers.pop(d["brokerId"], None)
+        self.add_row(self.row(r, "NoPartitionEffect"))
 
     # ------------------------------------------------------------------ attribution helpers
     @staticmethod
