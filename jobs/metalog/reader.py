@@ -6,15 +6,14 @@ Bad input never stops the import and is never skipped silently: every problem be
 """
 from __future__ import annotations
 
-import gc
 import json
 import re
 import struct
 from collections import namedtuple
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..local_engine import replay_gc
 from . import codec
 from .codec import (BATCH_HEADER, COMPRESSION, CONTROL_NAMES, METADATA_NAMES, TOKEN_TO_KEY, DecodeError,
                     UnknownRecord, crc32c, decode_control_value, decode_metadata_value, decompress)
@@ -77,19 +76,10 @@ class MetaLog:
         return sum(i.skipped for i in self.issues)
 
 
-@contextmanager
-def gc_paused():
-    """The cyclic garbage collector off for a while. Decoding and converting a log allocate millions of small
-    acyclic objects (records, their dicts and lists, events, rows); with the collector on, every few hundred
-    allocations it runs and its older generations walk the whole growing heap again: more than half of the
-    decode time of a 1M-record log. Reference counting still frees everything; nothing here makes cycles."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+# The cyclic garbage collector off while decoding and converting: a log's millions of small acyclic objects
+# (records, their dicts and lists, events, rows) made its older generations walk the whole growing heap again
+# and again, more than half of the decode time of a 1M-record log. The replay's own pause, one mechanism.
+gc_paused = replay_gc
 
 
 _SNAP_NAME = re.compile(r"(\d{20})-(\d{10})\.checkpoint$")
