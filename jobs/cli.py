@@ -82,7 +82,7 @@ def cmd_replay(args) -> int:
     try:
         if args.engine == "local":
             from jobs.local_engine import replay_local
-            summary = replay_local(args.stream, args.tables, config, overwrite=args.overwrite,
+            summary = replay_local(args.stream, args.tables, config, overwrite=args.overwrite, workers=args.workers,
                                    progress=(lambda m: print(m, file=sys.stderr)) if args.progress else None)
         else:
             from jobs.spark_engine import replay_spark
@@ -196,7 +196,7 @@ def cmd_audit(args) -> int:
         overrides[k.strip()] = v.strip()
     try:
         summary = run_audit(args.metadata, args.tables, engine=args.engine, stream_dir=args.stream,
-                            overrides=overrides)
+                            overrides=overrides, workers=args.workers)
     except OSError as e:
         _fail(str(e))
     except ConfigError as e:
@@ -205,6 +205,16 @@ def cmd_audit(args) -> int:
         print(f"isrflow audit: {line}", file=sys.stderr)
     print(summary_line(summary))
     return 0
+
+
+def _workers_arg(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--workers {v!r}: expected a whole number from 1 to 64")
+    return n
 
 
 def _engine_parsers(sub) -> None:
@@ -221,6 +231,10 @@ def _engine_parsers(sub) -> None:
         p.add_argument("--overwrite", action="store_true", help="replace the tables directory if it holds another replay")
         p.add_argument("--buckets", type=int, default=None,
                        help="spark engine: number of state buckets (frozen in the checkpoint; default 16)")
+        if name == "replay":
+            p.add_argument("--workers", type=_workers_arg, default=1,
+                           help="local engine: processes replaying in parallel, each a share of the partitions "
+                                "(same tables; default 1)")
         p.add_argument("--sink", choices=["delta-spark", "delta-rs"], default=None,
                        help="spark engine: Delta writer (default: delta-spark when its JARs are there, else delta-rs)")
         p.add_argument("--source", choices=["files", "kafka"], default="files",
@@ -305,6 +319,9 @@ def _analysis_parsers(sub) -> None:
     p.add_argument("--tables", required=True, help="output tables (replaced): the replay, kafka_records, audit, "
                                                    "audit_invariants")
     p.add_argument("--engine", choices=["local", "spark"], default="local")
+    p.add_argument("--workers", type=_workers_arg, default=None,
+                   help="local engine: replay processes (default: 2 on a machine with 2+ cores for a log of "
+                        "50,000+ events, else 1)")
     p.add_argument("--stream", default=None, help="where to write the imported stream (default: TABLES.stream)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="engine config override")
     p.set_defaults(fn=cmd_audit)

@@ -18,6 +18,7 @@ from protocol.config import EngineConfig
 from schemas._derive import safe_text
 from schemas.events import validate
 
+from .buckets import bucket_of, owns_fn
 from .streamio import iter_raw_rows, list_stream_files, loose, row_to_json
 
 
@@ -54,14 +55,30 @@ def replay_gc():
 
 
 class LocalEngine:
-    """Feeds raw rows through validation and the protocol; yields output rows by table."""
+    """Feeds raw rows through validation and the protocol; yields output rows by table.
 
-    def __init__(self, config: EngineConfig):
+    `worker` of `workers` (a parallel replay, see _replay_workers): every row is fed, the partitions of
+    bucket `worker` (jobs.buckets, as the Spark engine's) are applied here, broker- and cluster-wide rows
+    everywhere, and each row that is output once (a rejection, a global row) is output by one worker only."""
+
+    def __init__(self, config: EngineConfig, worker: int = 0, workers: int = 1):
         self.config = config
-        self.cluster = Cluster(config)
+        self.worker, self.workers = worker, workers
+        owns = owns_fn(worker, workers) if workers > 1 else None
+        self.cluster = Cluster(config, emit_global=worker == 0, owns=owns, sees_all=True)
         self.input_rows = 0
         self.min_seq = None
         self.max_seq = None
+
+    def _mine(self, lo: dict) -> bool:
+        """Does this worker output the rejection of a row that failed validation (its loose key)?"""
+        if self.workers == 1:
+            return True
+        try:
+            b = bucket_of(lo["topic"], lo["partition"], self.workers) if "topic" in lo and "partition" in lo else 0
+        except Exception:                   # noqa: BLE001 - a key that is no key (say, unencodable text)
+            b = 0
+        return b == self.worker
 
     def feed(self, raw: dict | None, text: str | None, err: str | None) -> None:
         self.input_rows += 1
@@ -69,11 +86,14 @@ class LocalEngine:
             gc.collect(1)
         cl = self.cluster
         if err is not None:
-            cl.reject({}, row_to_json(raw, text), err, True)
+            if self.worker == 0:
+                cl.reject({}, row_to_json(raw, text), err, True)
             return
         ev, reason = validate(raw)
         if ev is None:
-            cl.reject(loose(raw), row_to_json(raw, text), safe_text(reason), True)
+            lo = loose(raw)
+            if self._mine(lo):
+                cl.reject(lo, row_to_json(raw, text), safe_text(reason), True)
             return
         seq = ev["seq"]
         if self.min_seq is None or seq < self.min_seq:
@@ -102,47 +122,149 @@ class LocalEngine:
 from .runinfo import check_tables_dir, finish_run_info, progress_row, write_run_info  # noqa: E402
 
 
+def _batches(eng: LocalEngine, rows, batch_rows: int):
+    """Feeds `rows` in micro-batches of `batch_rows` input rows: yields (tables, partition_state rows,
+    stats) per batch, the last one with the final timers fired. The batch boundaries depend only on
+    the row count, so every worker of a parallel replay cuts the same batches."""
+    cl = eng.cluster
+    applied_before = 0
+    in_batch = 0
+
+    def batch(final: bool):
+        nonlocal applied_before, in_batch
+        tables, state = eng.drain(final)
+        stats = {"input_rows": in_batch, "applied": cl.applied - applied_before,
+                 "rejected": len(tables.get("rejected", ())), "min_seq": eng.min_seq, "max_seq": eng.max_seq,
+                 "max_ts": cl.max_ts, "partitions": len(cl.partitions)}
+        applied_before = cl.applied
+        in_batch = 0
+        return tables, state, stats
+
+    feed = eng.feed
+    with replay_gc():
+        for raw, text, err in rows:
+            feed(raw, text, err)
+            in_batch += 1
+            if in_batch >= batch_rows:
+                yield batch(False)
+        yield batch(True)
+
+
 def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_rows: int = 500_000,
-                 progress=None, overwrite: bool = False) -> dict:
-    """Replays the whole stream into Delta tables under tables_dir. Returns a summary."""
+                 progress=None, overwrite: bool = False, workers: int = 1) -> dict:
+    """Replays the whole stream into Delta tables under tables_dir. Returns a summary.
+
+    workers > 1: that many processes replay it in parallel, each the partitions of one bucket (see
+    _replay_workers); the tables are the same rows as with one."""
     from .delta_sink import DeltaSink
 
     app_id = fingerprint(stream, config, "local")
     check_tables_dir(tables_dir, app_id, overwrite)
     sink = DeltaSink(tables_dir, app_id=app_id)
     write_run_info(tables_dir, stream, config, "local", app_id)
-    eng = LocalEngine(config)
     t0 = time.perf_counter()
-    batch_id = 0
-    in_batch = 0
-    applied_before = rejected_before = 0
-    totals = {"input_rows": 0, "applied": 0, "rejected": 0, "batches": 0}
-
-    def commit(final: bool):
-        nonlocal batch_id, applied_before, rejected_before, in_batch
-        tables, state = eng.drain(final)
-        cl = eng.cluster
-        tables["progress"] = [progress_row(batch_id, "local", in_batch, cl.applied - applied_before,
-                                           cl.rejected - rejected_before, eng.min_seq, eng.max_seq, cl.max_ts)]
-        applied_before, rejected_before = cl.applied, cl.rejected
+    totals = {"input_rows": 0, "applied": 0, "rejected": 0, "batches": 0, "partitions": 0}
+    if workers > 1:
+        batches = _replay_workers(stream, config, workers, batch_rows)
+    else:
+        batches = _batches(LocalEngine(config), iter_raw_rows(stream), batch_rows)
+    for batch_id, (tables, state, st) in enumerate(batches):
+        tables["progress"] = [progress_row(batch_id, "local", st["input_rows"], st["applied"], st["rejected"],
+                                           st["min_seq"], st["max_seq"], st["max_ts"])]
         sink.commit(batch_id, tables, state)
+        for k in ("input_rows", "applied", "rejected"):
+            totals[k] += st[k]
+        totals["batches"] = batch_id + 1
+        totals["partitions"] = st["partitions"]
         if progress:
             el = time.perf_counter() - t0
-            progress(f"batch {batch_id}: {eng.input_rows} rows, {eng.input_rows / max(el, 1e-9):,.0f} rows/s")
-        batch_id += 1
-        in_batch = 0
-
-    with replay_gc():
-        for raw, text, err in iter_raw_rows(stream):
-            eng.feed(raw, text, err)
-            in_batch += 1
-            if in_batch >= batch_rows:
-                commit(False)
-        commit(True)
-    cl = eng.cluster
+            progress(f"batch {batch_id}: {totals['input_rows']} rows, "
+                     f"{totals['input_rows'] / max(el, 1e-9):,.0f} rows/s")
     el = time.perf_counter() - t0
-    totals.update(input_rows=eng.input_rows, applied=cl.applied, rejected=cl.rejected, batches=batch_id,
-                  seconds=round(el, 3), events_per_s=round(eng.input_rows / max(el, 1e-9)),
-                  partitions=len(cl.partitions), tables=str(Path(tables_dir)))
+    totals.update(seconds=round(el, 3), events_per_s=round(totals["input_rows"] / max(el, 1e-9)),
+                  tables=str(Path(tables_dir)), workers=workers)
     finish_run_info(tables_dir)
     return totals
+
+
+# ------------------------------------------------------------------ the parallel replay
+# Each of N spawned worker processes reads the whole stream and runs a LocalEngine(worker=k) over it:
+# the partitions of bucket k (jobs.buckets.bucket_of, the Spark engine's buckets) are applied there,
+# broker-wide rows in every worker (each needs the brokers' state), and a row output once is output by
+# one worker (LocalEngine). Reading and validation are repeated per worker; the protocol work, most of
+# the time, is split. A worker sends each batch's tables as Arrow IPC; the parent concatenates them and
+# commits the batch (the batch boundaries are the same in every worker: _batches).
+
+def _replay_workers(stream: str, config: EngineConfig, workers: int, batch_rows: int):
+    """Yields (tables, partition_state rows, stats) per batch, merged over the workers."""
+    import multiprocessing as mp
+
+    import pyarrow as pa
+
+    ctx = mp.get_context("spawn")       # a fresh interpreter: no threads or locks inherited (Delta, Arrow)
+    procs, conns = [], []
+    try:
+        for k in range(workers):
+            mine, theirs = ctx.Pipe(duplex=False)
+            pr = ctx.Process(target=_worker_main, args=(k, workers, stream, config.raw, batch_rows, theirs),
+                             name=f"isrflow-replay-worker-{k}", daemon=True)
+            pr.start()
+            theirs.close()
+            procs.append(pr)
+            conns.append(mine)
+        while True:
+            msgs = [_receive(c, k) for k, c in enumerate(conns)]
+            if msgs[0] is None:
+                break
+            parts: dict[str, list] = {}
+            state: list[dict] = []
+            for _, ipcs, st_rows in msgs:
+                for name, data in ipcs.items():
+                    parts.setdefault(name, []).append(pa.ipc.open_stream(data).read_all())
+                state += st_rows
+            st = dict(msgs[0][0])        # worker 0 sees (and counts) every row, and outputs the global ones
+            for k in ("applied", "rejected", "partitions"):
+                st[k] = sum(m[0][k] for m in msgs)
+            yield {name: pa.concat_tables(ts) for name, ts in parts.items()}, state, st
+    finally:
+        for pr in procs:
+            pr.join(timeout=5)
+            if pr.is_alive():
+                pr.kill()
+                pr.join()
+
+
+def _receive(conn, k: int):
+    try:
+        msg = conn.recv()
+    except EOFError:
+        raise RuntimeError(f"replay worker {k} died without a word (killed? out of memory?)") from None
+    if isinstance(msg, str):
+        raise RuntimeError(f"replay worker {k} failed:\n{msg}")
+    return msg
+
+
+def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows: int, conn) -> None:
+    """One worker: its batches as (stats, {table: Arrow IPC bytes}, partition_state rows), then None."""
+    import traceback
+
+    import pyarrow as pa
+
+    from schemas.tables import rows_to_arrow
+    try:
+        eng = LocalEngine(EngineConfig(raw_config), k, workers)
+        for tables, state, st in _batches(eng, iter_raw_rows(stream), batch_rows):
+            ipcs = {}
+            for name, rows in tables.items():
+                if rows:
+                    sink = pa.BufferOutputStream()
+                    tbl = rows_to_arrow(name, rows)
+                    with pa.ipc.new_stream(sink, tbl.schema) as w:
+                        w.write_table(tbl)
+                    ipcs[name] = sink.getvalue().to_pybytes()
+            conn.send((st, ipcs, state))
+        conn.send(None)
+    except BaseException:               # noqa: BLE001 - the parent reports it and stops the others
+        conn.send(traceback.format_exc())
+    finally:
+        conn.close()

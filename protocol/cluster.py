@@ -67,13 +67,14 @@ class Out:
 
 
 class Cluster:
-    def __init__(self, config: EngineConfig, emit_global: bool = True, owns=None):
+    def __init__(self, config: EngineConfig, emit_global: bool = True, owns=None, sees_all: bool = False):
         self.config = config
         self.emit_global = emit_global
         self.owns = owns                  # predicate (topic, partition) -> bool; None: all
         # the time-jump limit is a check of the whole stream: a Spark bucket (owns set) sees only its
-        # partitions' rows between the broadcast ones, and its source scan has checked the stream
-        self.max_jump = config.max_time_jump_ms if owns is None else 0
+        # partitions' rows between the broadcast ones, and its source scan has checked the stream; a
+        # worker of a parallel local replay (sees_all) is fed every row, so it checks it itself
+        self.max_jump = config.max_time_jump_ms if owns is None or sees_all else 0
         self.brokers: dict[int, Broker] = {}
         self.topic_cfg: dict[str, dict[str, str]] = {}
         self.partitions: dict[tuple, Partition] = {}
@@ -174,6 +175,8 @@ class Cluster:
             seq <= self.last_seq or ts < self.max_ts or (
                 self.max_jump and ts - self.max_ts > self.max_jump and self.last_seq > 0)) else None
         if bad:
+            if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):
+                return      # another worker's row (a parallel replay feeds every row to every worker)
             self.reject(ev, raw, bad, scoped)
             return
         if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):

@@ -46,6 +46,20 @@ def test_leaderless_partition_record_is_accepted():
     assert rows(out, "metadata_log", seq=seq)[0]["leader"] == -1
 
 
+def test_partition_record_keeps_its_leader_recovery_state():
+    """A recorded registration is taken as written: RECOVERING stays RECOVERING (an unclean election's
+    leader not yet recovered), and a row without the column means RECOVERED (PartitionRecord's default)."""
+    s = S().up(1, 2, 3)
+    rec = precord(s, isr=[1], leader_recovery_state="RECOVERING")
+    s2 = S().up(1, 2, 3)
+    row = dict(type="PartitionRecord", replicas=[1, 2, 3], isr=[1, 2], leader=1, leader_epoch=4, partition_epoch=9)
+    plain = s2._p(**row)
+    out, out2 = run_events(s.events), run_events(s2.events)
+    assert rows(out, "metadata_log", seq=rec)[0]["leader_recovery_state"] == "RECOVERING"
+    assert out["_cluster"].partitions[("t", 0)].lrs == "RECOVERING"
+    assert rows(out2, "metadata_log", seq=plain)[0]["leader_recovery_state"] == "RECOVERED"
+
+
 def test_replica_snapshot_refusals():
     s = S().up(1, 2, 3, 4)
     precord(s)

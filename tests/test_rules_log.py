@@ -228,3 +228,15 @@ def test_first_mismatch_ignores_how_runs_are_split():
     c = [(0, 0, 1), (5, 0, 2)]               # same epoch, another writer from 5
     assert first_mismatch(a, 10, c, 10, 10) == 5
     assert first_mismatch(c, 10, a, 10, 10) == 5
+
+
+# ---------------------------------------------------------------- record runs (who wrote which offsets)
+def test_appends_in_one_epoch_and_incarnation_extend_one_run():
+    """A run is (start offset, epoch, incarnation): appends extend the newest run while both match, and
+    a new epoch or a new incarnation of the leader (same epoch, restarted) starts a run."""
+    lg = ReplicaLog()
+    assert lg.append(0, 0, 2) == 0 and lg.append(0, 0, 3) == 2
+    assert lg.append(1, 0, 1) == 5 and lg.append(1, 0, 4) == 6
+    assert lg.append(1, 1, 2) == 10 and lg.append(1, 1, 1) == 12
+    assert lg.runs == [(0, 0, 0), (5, 1, 0), (10, 1, 1)]
+    assert lg.leo == 13 and lg.cache == [(0, 0), (1, 5)]

@@ -22,18 +22,20 @@ _fetcher_epoch_stale = leader.fetcher_epoch_stale
 
 def steady_request(p, ev: dict, b: int, frep, brokers):
     """The leader's replica when the fast path holds, else None (the full path decides). Holds
-    when: the row records none of the request's columns (fetch_request takes them all from the
-    model: target = frep's leader, offset = its LEO, last fetched epoch = its latest epoch,
-    current leader epoch = its leader epoch), frep follows a live leader other than b whose
+    when: the row records none of the request's columns but perhaps its target, and that one
+    is frep's leader (fetch_request takes the rest from the model: offset = its LEO, last fetched
+    epoch = its latest epoch, current leader epoch = its leader epoch; a matching target is no
+    drift), frep follows a live leader other than b whose
     replica leads in that leader epoch (C1 passes) and has b as a follower (C2), and both logs'
     latest epochs agree with the follower not past the leader's LEO (C3: no divergence, in range)."""
     if frep is None or frep.role != FOLLOWER:
         return None
-    if (ev["target"] is not None or ev["fetch_offset"] is not None or ev["last_fetched_epoch"] is not None
+    if (ev["fetch_offset"] is not None or ev["last_fetched_epoch"] is not None
             or ev["current_leader_epoch"] is not None or ev["broker_epoch"] is not None):
         return None
     target = frep.leader
-    if target == b:
+    t = ev["target"]
+    if (t is not None and t != target) or target == b:
         return None
     tbr = brokers.get(target)
     if tbr is None or not tbr.alive:
