@@ -237,6 +237,8 @@ def _replay_argv(isrflow: str, eng: str, stream: str, tables, kafka, topic: str)
     if eng == "kafka":
         return [isrflow, "replay", "--source", "kafka", "--bootstrap-servers", kafka.bootstrap_servers,
                 "--topic", topic, "--tables", str(tables), "--engine", "spark"]
+    if eng == "local2":
+        return [isrflow, "replay", stream, "--tables", str(tables), "--engine", "local", "--workers", "2"]
     return [isrflow, "replay", stream, "--tables", str(tables), "--engine", eng]
 
 
@@ -251,7 +253,7 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
              "generate_s": round(gen_s, 2)}
     log(f"[bench] {n} partitions: {sim['rows']:,} rows (of {events:,} asked) over "
         f"{span_ms / 1000:.1f} s of cluster time")
-    if "local" in engines:
+    if "local" in engines or "local2" in engines:
         entry["core"] = core_measure(stream)
         log(f"[bench]   core: {entry['core']['core_events_per_s']:,} events/s, "
             f"{entry['core']['state_bytes_per_partition']} state bytes/partition")
@@ -279,7 +281,7 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
             log(f"[bench]   {eng}: failed: {r.get('error')}")
         entry[eng] = r
         shutil.rmtree(tables, ignore_errors=True)
-    for a, b in (("spark", "local"), ("kafka", "spark")):
+    for a, b in (("spark", "local"), ("kafka", "spark"), ("local2", "local"), ("spark", "local2")):
         if entry.get(a, {}).get("events_per_s") and entry.get(b, {}).get("events_per_s"):
             entry[f"{a}_over_{b}"] = round(entry[a]["events_per_s"] / entry[b]["events_per_s"], 2)
     entry["bench_peak_rss_mb"] = _self_peak_rss_mb()
@@ -288,14 +290,14 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
 
 
 def format_table(results: dict) -> str:
-    hdr = ["partitions", "rows", "core ev/s", "local ev/s", "spark ev/s", "spark/local", "kafka ev/s",
+    hdr = ["partitions", "rows", "core ev/s", "local ev/s", "local2 ev/s", "spark ev/s", "spark/local", "kafka ev/s",
            "kafka/spark", "local RSS MB", "spark RSS MB", "state B/part", "RT factor (spark)", "bench RSS MB"]
     lines = [" | ".join(hdr)]
     for e in results["runs"]:
         loc, spk, core = e.get("local", {}), e.get("spark", {}), e.get("core", {})
         lines.append(" | ".join(str(x) for x in [
             e["partitions"], e["rows"], core.get("core_events_per_s", "-"), loc.get("events_per_s", "-"),
-            spk.get("events_per_s", "-"), e.get("spark_over_local", "-"),
+            e.get("local2", {}).get("events_per_s", "-"), spk.get("events_per_s", "-"), e.get("spark_over_local", "-"),
             e.get("kafka", {}).get("events_per_s", "-"), e.get("kafka_over_spark", "-"), loc.get("peak_rss_mb", "-"),
             spk.get("peak_rss_mb", "-"), core.get("state_bytes_per_partition", "-"),
             spk.get("real_time_factor", "-"), e.get("bench_peak_rss_mb", "-")]))

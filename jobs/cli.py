@@ -308,8 +308,9 @@ def _analysis_parsers(sub) -> None:
     p.add_argument("--partitions", default="1000,10000,100000", help="comma-separated partition counts")
     p.add_argument("--events", type=int, default=1_000_000, help="events per stream")
     p.add_argument("--engines", default="local,spark",
-                   help="comma-separated: local, spark, kafka (the Spark engine reading a topic of a one-broker "
-                        "Kafka 4.4.0 on loopback, after `isrflow publish`), import (metadata-log import + audit)")
+                   help="comma-separated: local, local2 (the local engine with --workers 2), spark, kafka (the "
+                        "Spark engine reading a topic of a one-broker Kafka 4.4.0 on loopback, after `isrflow "
+                        "publish`), import (metadata-log import + audit)")
     p.add_argument("--out", default="bench.json", help="results as JSON")
     p.add_argument("--work", default=None, help="keep streams and tables here")
     p.set_defaults(fn=cmd_bench)

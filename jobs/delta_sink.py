@@ -66,7 +66,7 @@ def plain_arrow(table) -> pa.Table:
     return table if schema == table.schema else table.cast(schema)
 
 
-def _to_arrow_table(dt: DeltaTable) -> pa.Table:
+def _to_arrow_table(dt: DeltaTable, columns=None, filter=None) -> pa.Table:
     """The table's current snapshot, read with pyarrow over the active files.
 
     Not dt.to_pyarrow_table() / to_pyarrow_dataset(): with deltalake 1.6.6
@@ -78,7 +78,9 @@ def _to_arrow_table(dt: DeltaTable) -> pa.Table:
     proto = dt.protocol()
     features = set(proto.reader_features or [])
     if features & {"deletionVectors", "columnMapping"}:
-        return dt.to_pyarrow_table()
+        t = dt.to_pyarrow_table()
+        t = t.filter(filter) if filter is not None else t
+        return t.select(columns) if columns is not None else t
     schema = pa.schema(dt.schema().to_arrow())
     # file_uris() percent-encodes (spaces, <, >, ...): turn file:// URIs back into plain paths
     from urllib.parse import unquote, urlparse
@@ -86,7 +88,8 @@ def _to_arrow_table(dt: DeltaTable) -> pa.Table:
     for u in dt.file_uris():
         pu = urlparse(u)
         files.append(unquote(pu.path) if pu.scheme in ("file", "") else u)
-    return pds.dataset(files, format="parquet", schema=schema).to_table()
+    # columns / filter (a pyarrow.compute expression): read only those (the scan skips the rest)
+    return pds.dataset(files, format="parquet", schema=schema).to_table(columns=columns, filter=filter)
 
 
 def _ensure_dir(root: Path) -> None:
@@ -252,9 +255,10 @@ def _open(tables_dir, name: str) -> DeltaTable:
     return DeltaTable(path)
 
 
-def read_table(tables_dir: str, name: str) -> pa.Table:
-    """The current content of one table as a pyarrow Table."""
-    return plain_arrow(_to_arrow_table(_open(tables_dir, name)))
+def read_table(tables_dir: str, name: str, columns=None, filter=None) -> pa.Table:
+    """The current content of one table as a pyarrow Table (optionally only `columns`, and the rows
+    the pyarrow.compute expression `filter` keeps)."""
+    return plain_arrow(_to_arrow_table(_open(tables_dir, name), columns, filter))
 
 
 def list_tables(tables_dir: str) -> list[str]:

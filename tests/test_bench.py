@@ -1,18 +1,18 @@
 """`isrflow bench` honours --events at every size: each stream has exactly that many rows (the
 simulator runs long enough, the stream is cut), the core measurement and the replay see them
-all, and the real count is reported. Small sizes, in-process engine only."""
+all, and the real count is reported. Small sizes, in-process engine only (one process, and 2 workers)."""
 from __future__ import annotations
 
 import json
 
 import pyarrow.parquet as pq
 
-from jobs.bench import bench, core_measure, make_stream
+from jobs.bench import bench, core_measure, format_table, make_stream
 from jobs.streamio import list_stream_files
 
 
 def test_bench_rows_equal_events_at_every_size(tmp_path):
-    res = bench((20, 300), 4000, ("local",), out_json=str(tmp_path / "b.json"), work=str(tmp_path / "w"),
+    res = bench((20, 300), 4000, ("local", "local2"), out_json=str(tmp_path / "b.json"), work=str(tmp_path / "w"),
                 log=lambda m: None)
     assert [e["partitions"] for e in res["runs"]] == [20, 300]
     for e in res["runs"]:
@@ -21,9 +21,16 @@ def test_bench_rows_equal_events_at_every_size(tmp_path):
         assert e["local"]["returncode"] == 0, e["local"]
         assert e["local"]["summary"]["input_rows"] == 4000
         assert "input_rows_mismatch" not in e["local"]
+        # the local engine with 2 workers replays the same rows
+        assert e["local2"]["returncode"] == 0, e["local2"]
+        assert e["local2"]["summary"]["input_rows"] == 4000 and e["local2"]["summary"]["workers"] == 2
+        assert e["local2_over_local"] > 0
         assert e["cluster_time_s"] > 0
         assert e["bench_peak_rss_mb"] > 0
     assert json.loads((tmp_path / "b.json").read_text())["events_target"] == 4000
+    table = format_table(res).splitlines()
+    assert "local2 ev/s" in table[0].split(" | ")
+    assert table[1].split(" | ")[4] == str(res["runs"][0]["local2"]["events_per_s"])
 
 
 def test_stream_cut_below_cluster_setup(tmp_path):

@@ -15,7 +15,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from .importer import import_metadata, write_table
@@ -23,6 +22,7 @@ from .reader import gc_paused
 
 FIELDS = ("leader", "isr", "elr", "last_known_elr", "replicas", "leader_epoch", "partition_epoch",
           "leader_recovery_state")
+_ISRFLOW_KEYS = tuple((f, f"isrflow_{f}") for f in FIELDS)     # compare's column names, made once
 
 
 def _decisions(kafka_records: list[dict]) -> list[dict]:
@@ -95,12 +95,12 @@ def _why(k: dict, i: dict | None, diff: list[str], earlier_differ: bool) -> str:
     return "; ".join(why)
 
 
-# the engine rows _engine_notes cites, per table: an Arrow filter (a fetch answered with an error; an
-# AlterPartition that did not go through)
+# the engine rows _engine_notes cites, per table: the columns it reads and a scan filter (a fetch answered
+# with an error; an AlterPartition that did not go through)
 _NOTE_ROWS = {
-    "fetch": lambda t: pc.fill_null(pc.not_equal(t["result"], "OK"), False),
-    "alter_partition": lambda t: pc.fill_null(pc.is_in(t["phase"], pa.array(["REJECTED", "IGNORED", "ROLLED_BACK"])),
-                                              False),
+    "fetch": (("topic", "partition", "seq", "broker", "result"), pc.field("result") != "OK"),
+    "alter_partition": (("topic", "partition", "seq", "phase", "error"),
+                        pc.field("phase").isin(["REJECTED", "IGNORED", "ROLLED_BACK"])),
 }
 
 
@@ -190,12 +190,15 @@ def compare(kafka_records: list[dict], isr_rows: list[dict], elections: list[dic
             row.update(verdict="kafka_only", diff=None, why=why)
             differ_seen.add(key)
         else:
-            diff = [f for f in FIELDS if (k[f] if k[f] is not None else None) != match.get(f)]
-            row.update({f"isrflow_{f}": match.get(f) for f in FIELDS})
-            row.update(isrflow_seq=match["seq"], isrflow_cause=match.get("cause"),
-                       isrflow_election=elect.get((k["topic"], k["partition"], match["seq"])),
-                       verdict="agree" if not diff else "differ", diff=diff or None,
-                       why=_why(k, match, diff, key in differ_seen) if diff else None)
+            diff = [f for f in FIELDS if k[f] != match.get(f)]
+            for f, kf in _ISRFLOW_KEYS:
+                row[kf] = match.get(f)
+            row["isrflow_seq"] = match["seq"]
+            row["isrflow_cause"] = match.get("cause")
+            row["isrflow_election"] = elect.get((k["topic"], k["partition"], match["seq"])) if elect else None
+            row["verdict"] = "differ" if diff else "agree"
+            row["diff"] = diff or None
+            row["why"] = _why(k, match, diff, key in differ_seen) if diff else None
             if diff:
                 differ_seen.add(key)
                 if "elr" in diff or "last_known_elr" in diff:
@@ -386,14 +389,14 @@ def _compare_tables(tables_dir: Path, res):
     except Exception:                                    # noqa: BLE001
         elections = []
     engine_rows = []
-    for t, keep in _NOTE_ROWS.items():
+    for t, (cols, keep) in _NOTE_ROWS.items():
         try:
-            tbl = read_table(str(tables_dir), t)
+            # only the rows a note can cite (_engine_notes), filtered in the scan: the table of a 1M-record
+            # audit holds millions of PROPOSED/ACCEPTED rows that would cost seconds as Python dicts
+            tbl = read_table(str(tables_dir), t, columns=list(cols), filter=keep)
         except Exception:                                # noqa: BLE001 - no such rows: no table
             continue
-        # only the rows a note can cite (_engine_notes), filtered in Arrow: the table of a 1M-record audit
-        # holds millions of PROPOSED/ACCEPTED rows that would cost seconds as Python dicts
-        engine_rows += [dict(r, _t=t) for r in tbl.filter(keep(tbl)).to_pylist()]
+        engine_rows += [dict(r, _t=t) for r in tbl.to_pylist()]
     rows = compare(res.kafka_records, isr_rows, elections, engine_rows)
     findings = check_history(res.kafka_records, res.settings)
     if rows:
