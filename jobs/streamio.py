@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -66,12 +67,44 @@ def _utf8_error(line: str) -> str:
     return f"not valid UTF-8 (byte \\x{ord(line[i]) - 0xDC00:02x} at character {i + 1})"
 
 
+_orjson_loads = orjson.loads
+
+
+def _has_float(v) -> bool:
+    t = type(v)
+    if t is float:
+        return True
+    if t is list:
+        return any(_has_float(x) for x in v)
+    if t is dict:
+        return any(_has_float(x) for x in v.values())
+    return False
+
+
+def _loads(line: str):
+    """json.loads, through orjson first (about 3x faster). A line orjson refuses -- bad JSON, but also
+    what Python's json reads and orjson does not (NaN, lone surrogate escapes, nesting past 1024) -- is
+    read by json.loads, and so is any line orjson reads with a float in it: orjson turns an integer past
+    64 bits into a float where json keeps the integer (and no event column is a float: such a row is
+    rejected either way, with json's value in the reason). Rows and error texts are exactly json's."""
+    try:
+        obj = _orjson_loads(line)
+    except ValueError:
+        return json.loads(line)
+    if type(obj) is not dict:
+        return json.loads(line)         # not a row anyway: json's value for the reason
+    for v in obj.values():
+        if type(v) is float or (type(v) in (list, dict) and _has_float(v)):
+            return json.loads(line)
+    return obj
+
+
 def _iter_json(f: Path) -> Iterator[RawRow]:
     # Text mode: json.loads(str) is ~1.5x faster than on bytes. Bytes that are not UTF-8 come
     # in as lone surrogates (surrogateescape): such a line is rejected (JSON is UTF-8; a topic
     # name must not silently change), its raw text shows them as \xNN.
     name = safe_text(f.name)
-    loads = json.loads
+    loads = _loads
     try:
         fh = open(f, "r", encoding="utf-8", errors="surrogateescape", newline="\n")
     except OSError as e:

@@ -48,3 +48,28 @@ def test_rows_and_parse_errors_in_order(tmp_path):
     assert got[4][1] is None
     assert json.loads(row_to_json(got[4][0]))["epoch_start_offsets"] == {"0": 0, "1": 4}
     assert row_to_json(got[0][0], got[0][1]) == lines[0]
+
+
+@pytest.mark.parametrize("line", [
+    '{"seq":1,"ts_ms":2,"type":"Tick"}',
+    '{"seq":99999999999999999999999,"ts_ms":3,"type":"Tick","broker":1}',      # past 64 bits: an int
+    '{"seq":18446744073709551615,"ts_ms":1}',                                   # u64 max
+    '{"seq":-9223372036854775809}',
+    '{"replicas":[1,2,99999999999999999999999]}',                               # nested, past 64 bits
+    '{"config":{"a":{"b":123456789012345678901234567890}}}',
+    '{"seq":1.0,"ts_ms":1e3}', '{"seq":1e400}', '{"seq":NaN}', '{"seq":-Infinity}',
+    '{"a":1,"a":2}', '{"t":"\\ud800"}', '{"t":"caf\\u00e9 \\u2603"}',
+    '123456789012345678901234567890', '[1,2]', '"x"', 'null', '{"a":1} x', '{"a":01}', '{"a":"\t"}',
+    '[' * 1100 + ']' * 1100,
+])
+def test_json_lines_read_exactly_as_pythons_json(line):
+    """orjson reads the lines first, for speed: the rows and error texts must be json.loads's."""
+    from jobs.streamio import _loads
+
+    def outcome(f):
+        try:
+            v = f(line)
+        except (ValueError, RecursionError) as e:
+            return ("error", type(e).__name__, str(e))
+        return ("ok", repr(v), repr(type(v)))
+    assert outcome(_loads) == outcome(json.loads)
