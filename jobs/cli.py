@@ -83,7 +83,8 @@ def cmd_replay(args) -> int:
         if args.engine == "local":
             from jobs.local_engine import replay_local
             summary = replay_local(args.stream, args.tables, config, overwrite=args.overwrite, workers=args.workers,
-                                   progress=(lambda m: print(m, file=sys.stderr)) if args.progress else None)
+                                   batch_rows=args.batch_rows,
+                                   progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.progress else None)
         else:
             from jobs.spark_engine import replay_spark
             summary = replay_spark(args.stream, args.tables, config, checkpoint=args.checkpoint,
@@ -217,6 +218,16 @@ def _workers_arg(v: str) -> int:
     return n
 
 
+def _positive_int(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{v!r}: expected a whole number of at least 1")
+    return n
+
+
 def _engine_parsers(sub) -> None:
     """replay and run: the engines over a stream directory or a Kafka topic."""
     for name in ("replay", "run"):
@@ -235,6 +246,8 @@ def _engine_parsers(sub) -> None:
             p.add_argument("--workers", type=_workers_arg, default=1,
                            help="local engine: processes replaying in parallel, each a share of the partitions "
                                 "(same tables; default 1)")
+            p.add_argument("--batch-rows", type=_positive_int, default=500_000,
+                           help="local engine: input rows per micro-batch, one Delta commit each (default 500000)")
         p.add_argument("--sink", choices=["delta-spark", "delta-rs"], default=None,
                        help="spark engine: Delta writer (default: delta-spark when its JARs are there, else delta-rs)")
         p.add_argument("--source", choices=["files", "kafka"], default="files",

@@ -102,3 +102,65 @@ def test_cli_workers(tmp_path):
     bad = subprocess.run(isrflow + ["replay", str(s), "--tables", str(tmp_path / "u"), "--engine", "local",
                                     "--workers", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--workers '0': expected a whole number from 1 to 64" in bad.stderr
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        st = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return st.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_killed_parallel_replay_restarts_to_the_same_tables(tmp_path):
+    """SIGKILL of `isrflow replay --workers 2` right after a commit, then again mid-run: the workers die
+    with their parent (their next send breaks the pipe), and the same command run again skips the
+    committed batches and ends with the tables of an uninterrupted one-process replay."""
+    import os
+    import signal
+    import time
+
+    from jobs.simulate import simulate
+    s = tmp_path / "s"
+    sim = simulate(str(s), brokers=5, partitions=40, rf=3, duration_ms=30_000, seed=3,
+                   faults="crash:1@6s+5s,partition:2@14s+4s")
+    assert sim["rows"] > 10_000
+    ref = tmp_path / "ref"
+    replay_local(str(s), str(ref), EngineConfig({}), batch_rows=800)
+    t = tmp_path / "t"
+    argv = [sys.executable, "-m", "jobs.cli", "replay", str(s), "--tables", str(t), "--engine", "local",
+            "--workers", "2", "--batch-rows", "800", "--progress"]
+    for kill_after, delay in (("batch 2:", 0.0), ("batch 5:", 0.05)):
+        p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for line in p.stderr:
+            if line.startswith(kill_after):
+                break
+        time.sleep(delay)
+        kids = _children(p.pid)
+        assert len(kids) >= 2, kids            # the two workers (and perhaps a resource tracker)
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        p.stderr.close()
+        deadline = time.time() + 20
+        while any(_alive(k) for k in kids) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(k) for k in kids), "a worker outlived its killed parent"
+    committed = len(_progress(t))
+    assert 3 <= committed < len(_progress(ref))          # the kills left the replay part-way
+    r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert diff_tables(ref, t) == {}
+    assert _progress(t) == _progress(ref)
