@@ -74,17 +74,13 @@ def send_alter_partition(p, req) -> None:
         deliver_alter_partition_response(p)
 
 
-def deliver_alter_partition_request(p) -> bool:
-    """A19/A20: the controller handles the oldest undelivered AlterPartition."""
-    if not p.ap_requests:
-        return False
-    p.ap_responses.append(handle_alter_partition(p, p.ap_requests.popleft()))
-    return True
+def deliver_alter_partition_request(p) -> None:
+    """A19/A20: the controller handles the oldest undelivered AlterPartition (none waiting: nothing)."""
+    if p.ap_requests:
+        p.ap_responses.append(handle_alter_partition(p, p.ap_requests.popleft()))
 
 
-def deliver_alter_partition_response(p) -> bool:
-    """B10: the leader handles the oldest undelivered answer."""
-    if not p.ap_responses:
-        return False
-    _leader.on_alter_partition_response(p, p.ap_responses.popleft())
-    return True
+def deliver_alter_partition_response(p) -> None:
+    """B10: the leader handles the oldest undelivered answer (none waiting: nothing)."""
+    if p.ap_responses:
+        _leader.on_alter_partition_response(p, p.ap_responses.popleft())

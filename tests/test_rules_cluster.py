@@ -130,6 +130,27 @@ def test_next_due_is_the_earliest_partition_or_session_timer():
     assert cl.next_due() is None
 
 
+def test_isr_expiration_is_due_the_first_ms_past_the_lag():
+    """B8: a follower is out of sync once now - lastCaughtUpTime > replica.lag.time.max.ms, so the
+    ISR-expiration timer is due at lastCaughtUp + lag + 1 (interval 1 ms: no rounding) -- the time a
+    Spark bucket's state timeout is set from (next_due) -- and the shrink happens then, not a ms before."""
+    cfg = EngineConfig({"replica.lag.time.max.ms": "500", "isr.expiration.interval.ms": "1",
+                        "broker.session.timeout.ms": "0", "auto.leader.rebalance.enable": "false"})
+    s = S().up(1, 2)
+    s.at(1000).create([1, 2])             # follower 2 caught up as of the leader's start: 1000
+    s.at(1100).produce(1, 1, acks=1)      # the leader's LEO moves past the follower's
+    cl = Cluster(cfg)
+    for raw in s.events:
+        cl.apply(validate(raw)[0])
+    assert cl.next_due() == 1000 + 500 + 1
+    cl.finish(1500)
+    assert cl.partitions[("t", 0)].isr == [1, 2]
+    cl.finish(1501)
+    out = cl.drain()
+    assert [r["proposed_isr"] for r in out["alter_partition"] if r["phase"] == "PROPOSED"] == [[1]]
+    assert cl.partitions[("t", 0)].isr == [1]
+
+
 # ---------------------------------------------------------------- broker sessions (Kafka's expiry boundary)
 def test_session_valid_until_exactly_the_timeout_after_the_last_contact():
     b = Broker(1)
