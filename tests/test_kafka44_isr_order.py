@@ -44,3 +44,7 @@ def test_scala_hash_set_order_for_large_ids():
     assert leader_isr_order([17, 2]) == (17, 2)            # 17 & 15 = 1 < 2
     assert leader_isr_order([100, 5, 33]) == (33, 100, 5)  # buckets 1, 4, 5
     assert leader_isr_order(list(range(12, 0, -1))) == tuple(range(1, 13))   # 12 ids: 32 buckets
+    # the table's growth boundary, from both sides: 11 ids still share 16 buckets (17 & 15 = 1: after 1),
+    # 12 ids have 32 (17 its own bucket, after 11)
+    assert leader_isr_order([17] + list(range(10, 0, -1))) == (1, 17) + tuple(range(2, 11))
+    assert leader_isr_order([17] + list(range(11, 0, -1))) == tuple(range(1, 12)) + (17,)

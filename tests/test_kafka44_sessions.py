@@ -208,3 +208,35 @@ def test_session_timers_are_the_same_in_the_bucketed_layout():
         assert rows(ref, "admin", type="BrokerFence") and rows(ref, "admin", result=DUP)
         for n, batch in ((1, 3), (2, 1), (3, 5), (4, 7)):
             assert canonical(_routed(s.events, cfg, n, batch)) == canonical(ref)
+
+
+def test_a_one_ms_session_is_a_session():
+    """broker.session.timeout.ms=1 models sessions like any positive value (0 alone turns them off): a new
+    incarnation registering while the old process still heartbeats ends that process's session at the
+    registration (the old process has stopped by then), is refused DUPLICATE_BROKER_REGISTRATION within
+    the 1 ms, and is accepted when the session expires (registration + 1 + 1)."""
+    s = S().up(1)
+    reg = s.at(500).restart(1, clean=True)        # no recorded exit: the old process ends at 500
+    s.at(600).tick()
+    out = run_events(s.events, {"broker.session.timeout.ms": "1"})
+    got = [(r["type"], r["result"], r["ts_ms"]) for r in out["admin"] if r["broker"] == 1]
+    assert got == [("BrokerRegister", "NONE", 0), ("BrokerRegister", DUP, 500), ("BrokerFence", "NONE", 502),
+                   ("BrokerRegister", "NONE", 502)]
+    assert out["_cluster"].brokers[1].epoch == 201
+
+
+def test_clean_restart_from_broker_epoch_zero():
+    """Clean iff the clean-shutdown file's epoch is the registered one -- epoch 0 included (a broker epoch
+    is the offset of its registration record: the first record of a log has offset 0)."""
+    s = S()
+    s.add(type="BrokerRegister", broker=1, broker_epoch=0, previous_broker_epoch=-1)
+    s.unfence(1)
+    s.at(100).crash(1, clean=True)
+    s.at(150).fence(1)
+    clean = s.at(200).add(type="BrokerRegister", broker=1, broker_epoch=7, previous_broker_epoch=0)
+    s.at(300).crash(1, clean=False)
+    s.at(350).fence(1)
+    unclean = s.at(400).add(type="BrokerRegister", broker=1, broker_epoch=9, previous_broker_epoch=-1)
+    out = run_events(s.events, {"broker.session.timeout.ms": "0"})
+    assert rows(out, "admin", seq=clean)[0]["detail"] == "clean restart"
+    assert rows(out, "admin", seq=unclean)[0]["detail"] != "clean restart"

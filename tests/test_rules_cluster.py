@@ -322,3 +322,17 @@ def test_session_expiry_under_explicit_metadata_reaches_brokers_that_synced_past
     assert cl.brokers[3].fenced
     assert cl.views[1][3][1] is True and cl.views[2][3][1] is True
     assert [r["ts_ms"] for r in out["admin"] if r["type"] == "BrokerFence"] == [9101]
+
+
+def test_data_rows_from_a_broker_that_never_registered_are_rejected():
+    """A Fetch or Produce naming a broker the stream never registered is bad input (a rejected row with the
+    reason), not a request the cluster answers: no fetch or produce row, nothing changes."""
+    s = S().up(1, 2)
+    s.create([1, 2])
+    f = s.at(10).fetch(9)
+    pr = s.at(11).produce(9, 1, acks=1)
+    out = run_events(s.events)
+    assert [(r["seq"], r["reason"]) for r in out["rejected"]] == [
+        (f, f"Fetch row seq {f}: broker 9 has never registered (BrokerRegister must come first)"),
+        (pr, f"Produce row seq {pr}: broker 9 has never registered (BrokerRegister must come first)")]
+    assert not out.get("fetch") and not out.get("produce") and not out.get("hwm")

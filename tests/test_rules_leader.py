@@ -281,3 +281,20 @@ def test_isr_expiration_timer_fires_at_the_first_multiple_after_the_lag():
                                 "auto.leader.rebalance.enable": "false"})
     m = [r for r in out["metadata_log"] if r["cause"] == "AlterPartition"]
     assert [(r["ts_ms"], sorted(r["isr"])) for r in m][:1] == [(15_000, [1, 3])]
+
+
+def test_a_leader_kept_at_a_new_leader_epoch_starts_it():
+    """B11: the same broker made leader again at a higher leader epoch (A10a: a reassignment removing a
+    replica bumps the epoch, the leader stays) starts the new epoch -- its epoch cache gets (1, LEO) and
+    its next append is written in epoch 1."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.at(10).produce(1, 2, acks=1)
+    s.fetch_round(2, 3)
+    r = s.at(20).reassign([1, 2])
+    p = s.at(30).produce(1, 1, acks=1)
+    out = run_events(s.events)
+    assert [(x["leader"], x["leader_epoch"]) for x in rows(out, "metadata_log", seq=r)] == [(1, 1)]
+    assert [(x["leader_epoch"], x["base_offset"]) for x in rows(out, "produce", seq=p)] == [(1, 2)]
+    rep = out["_cluster"].partitions[("t", 0)].reps[1]
+    assert (rep.leader_epoch, rep.log.cache) == (1, [(0, 0), (1, 2)])

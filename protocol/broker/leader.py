@@ -113,16 +113,16 @@ def under_min_isr(p, rep: Replica) -> bool:
     return len(rep.isr_state.isr) < effective_min_isr(p.conf.min_isr, len(rep.assignment))
 
 
-def maybe_increment_hw(p, rep: Replica, trigger: str) -> bool:
+def maybe_increment_hw(p, rep: Replica, trigger: str) -> None:
     """B6 Partition#maybeIncrementLeaderHW."""
     if under_min_isr(p, rep):
-        return False
+        return
     st = rep.isr_state
     log = rep.log
     leo = log.leo
     old = log.hwm
     if leo <= old:
-        return False          # the candidate HWM never exceeds the leader's LEO
+        return                # the candidate HWM never exceeds the leader's LEO
     hw = leo
     now = p.now
     lag = p.cl.config.lag_ms
@@ -131,15 +131,13 @@ def maybe_increment_hw(p, rep: Replica, trigger: str) -> bool:
         if fs.leo < hw and (r in maximal or (fs.is_caught_up(leo, now, lag) and eligible(p, rep, r, fs))):
             hw = fs.leo
             if hw <= old:
-                return False  # the candidate only falls from here: no advance (the checks are pure)
+                return        # the candidate only falls from here: no advance (the checks are pure)
     if hw > old:
         log.hwm = hw
         p.emit("hwm", {"broker": rep.broker, "leader_epoch": rep.leader_epoch, "old_hwm": old,
                        "new_hwm": hw, "trigger": trigger})
         p.inv.on_leader_hwm(p, rep, hw)
         complete_delayed(p, rep)
-        return True
-    return False
 
 
 def complete_delayed(p, rep: Replica) -> None:
