@@ -137,6 +137,28 @@ def _min_isr_at(kafka_records: list[dict], default: int = 1) -> dict:
     return out
 
 
+def _paired(row: dict, k: dict, match: dict, elect: dict, mins: dict, earlier_differ: bool) -> None:
+    """compare's row for a real decision k paired with isrflow's metadata_log row `match`: isrflow's
+    fields, the verdict, and for a difference the fields that differ and why."""
+    diff = [f for f in FIELDS if k[f] != match.get(f)]
+    for f, kf in _ISRFLOW_KEYS:
+        row[kf] = match.get(f)
+    row["isrflow_seq"] = match["seq"]
+    row["isrflow_cause"] = match.get("cause")
+    row["isrflow_election"] = elect.get((k["topic"], k["partition"], match["seq"])) if elect else None
+    row["verdict"] = "differ" if diff else "agree"
+    row["diff"] = diff or None
+    row["why"] = _why(k, match, diff, earlier_differ) if diff else None
+    if diff:
+        if "elr" in diff or "last_known_elr" in diff:
+            mi = mins.get(k["offset"])
+            if mi is not None:
+                row["why"] += (f" (the topic's min.insync.replicas was {mi} at this offset; ISR size "
+                               f"{len(k['isr'])})")
+        if row["isrflow_election"]:
+            row["rule"] = f"{row['rule']} (isrflow: {row['isrflow_election']} election)"
+
+
 def compare(kafka_records: list[dict], isr_rows: list[dict], elections: list[dict],
             engine_rows: list[dict] | None = None) -> list[dict]:
     decisions = _decisions(kafka_records)
@@ -190,24 +212,9 @@ def compare(kafka_records: list[dict], isr_rows: list[dict], elections: list[dic
             row.update(verdict="kafka_only", diff=None, why=why)
             differ_seen.add(key)
         else:
-            diff = [f for f in FIELDS if k[f] != match.get(f)]
-            for f, kf in _ISRFLOW_KEYS:
-                row[kf] = match.get(f)
-            row["isrflow_seq"] = match["seq"]
-            row["isrflow_cause"] = match.get("cause")
-            row["isrflow_election"] = elect.get((k["topic"], k["partition"], match["seq"])) if elect else None
-            row["verdict"] = "differ" if diff else "agree"
-            row["diff"] = diff or None
-            row["why"] = _why(k, match, diff, key in differ_seen) if diff else None
-            if diff:
+            _paired(row, k, match, elect, mins, key in differ_seen)
+            if row["diff"]:
                 differ_seen.add(key)
-                if "elr" in diff or "last_known_elr" in diff:
-                    mi = mins.get(k["offset"])
-                    if mi is not None:
-                        row["why"] += (f" (the topic's min.insync.replicas was {mi} at this offset; ISR size "
-                                       f"{len(k['isr'])})")
-                if row["isrflow_election"]:
-                    row["rule"] = f"{rule} (isrflow: {row['isrflow_election']} election)"
         out.append(row)
     for key, rows in by_part_i.items():
         for r in rows:
