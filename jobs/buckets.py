@@ -15,6 +15,18 @@ def bucket_of(topic: str, partition: int, n_buckets: int) -> int:
     return zlib.crc32(f"{topic}|{partition}".encode()) % n_buckets
 
 
+def loose_bucket(lo: dict, n_buckets: int) -> int:
+    """The bucket of a row that failed validation, from its loose key (jobs.streamio.loose): its
+    partition's bucket when it names a topic and a partition, else bucket 0 (also for a key that is no
+    key, like text that cannot be encoded). Its rejected row is written there, once."""
+    if "topic" not in lo or "partition" not in lo:
+        return 0
+    try:
+        return bucket_of(lo["topic"], lo["partition"], n_buckets)
+    except Exception:                   # noqa: BLE001 - any value may stand in a loose key
+        return 0
+
+
 def owns_fn(bucket: int, n_buckets: int):
     """The `owns` predicate of bucket `bucket`'s Cluster."""
     cache: dict = {}

@@ -18,8 +18,8 @@ from protocol.config import EngineConfig
 from schemas._derive import safe_text
 from schemas.events import validate
 
-from .buckets import bucket_of, owns_fn
-from .streamio import iter_raw_rows, list_stream_files, loose, row_to_json
+from .buckets import loose_bucket, owns_fn
+from .streamio import from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
 
 
 def fingerprint(stream, config: EngineConfig, engine: str) -> str:
@@ -70,16 +70,6 @@ class LocalEngine:
         self.min_seq = None
         self.max_seq = None
 
-    def _mine(self, lo: dict) -> bool:
-        """Does this worker output the rejection of a row that failed validation (its loose key)?"""
-        if self.workers == 1:
-            return True
-        try:
-            b = bucket_of(lo["topic"], lo["partition"], self.workers) if "topic" in lo and "partition" in lo else 0
-        except Exception:                   # noqa: BLE001 - a key that is no key (say, unencodable text)
-            b = 0
-        return b == self.worker
-
     def feed(self, raw: dict | None, text: str | None, err: str | None) -> None:
         self.input_rows += 1
         if not self.input_rows % _YOUNG_ROWS and not gc.isenabled():
@@ -92,7 +82,7 @@ class LocalEngine:
         ev, reason = validate(raw)
         if ev is None:
             lo = loose(raw)
-            if self._mine(lo):
+            if self.workers == 1 or loose_bucket(lo, self.workers) == self.worker:
                 cl.reject(lo, row_to_json(raw, text), safe_text(reason), True)
             return
         seq = ev["seq"]
@@ -220,7 +210,7 @@ def _replay_workers(stream: str, config: EngineConfig, workers: int, batch_rows:
             state: list[dict] = []
             for _, ipcs, st_rows in msgs:
                 for name, data in ipcs.items():
-                    parts.setdefault(name, []).append(pa.ipc.open_stream(data).read_all())
+                    parts.setdefault(name, []).append(from_ipc(data))
                 state += st_rows
             st = dict(msgs[0][0])        # worker 0 sees (and counts) every row, and outputs the global ones
             for k in ("applied", "rejected", "partitions"):
@@ -248,20 +238,11 @@ def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows
     """One worker: its batches as (stats, {table: Arrow IPC bytes}, partition_state rows), then None."""
     import traceback
 
-    import pyarrow as pa
-
     from schemas.tables import rows_to_arrow
     try:
         eng = LocalEngine(EngineConfig(raw_config), k, workers)
         for tables, state, st in _batches(eng, iter_raw_rows(stream), batch_rows):
-            ipcs = {}
-            for name, rows in tables.items():
-                if rows:
-                    sink = pa.BufferOutputStream()
-                    tbl = rows_to_arrow(name, rows)
-                    with pa.ipc.new_stream(sink, tbl.schema) as w:
-                        w.write_table(tbl)
-                    ipcs[name] = sink.getvalue().to_pybytes()
+            ipcs = {name: to_ipc(rows_to_arrow(name, rows)) for name, rows in tables.items() if rows}
             conn.send((st, ipcs, state))
         conn.send(None)
     except BaseException:               # noqa: BLE001 - the parent reports it and stops the others

@@ -50,6 +50,7 @@ from protocol.config import EngineConfig
 
 from .buckets import DEFAULT_BUCKETS, owns_fn
 from .spark_source import APPLY, FORMAT, IsrflowSource
+from .streamio import from_ipc, to_ipc
 
 OUT_SCHEMA = "table string, data binary"
 STATE_SCHEMA = "blob binary"
@@ -66,13 +67,6 @@ def _config(raw: dict) -> EngineConfig:
     if cfg is None:
         cfg = _CFG_CACHE[key] = EngineConfig(dict(raw))
     return cfg
-
-
-def _ipc(tbl: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, tbl.schema) as w:
-        w.write_table(tbl)
-    return sink.getvalue().to_pybytes()
 
 
 def _int_or_none(v):
@@ -175,10 +169,10 @@ def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
         for name, rows in tables.items():
             if rows:
                 names.append(name)
-                datas.append(_ipc(rows_to_arrow(name, rows)))
+                datas.append(to_ipc(rows_to_arrow(name, rows)))
         if state_rows:
             names.append("partition_state")
-            datas.append(_ipc(rows_to_arrow("partition_state", state_rows)))
+            datas.append(to_ipc(rows_to_arrow("partition_state", state_rows)))
         names.append("_stats")
         datas.append(json.dumps(stats).encode())
         yield pd.DataFrame({"table": names, "data": datas})
@@ -315,7 +309,7 @@ class BatchWriter:
             if name == "_stats":
                 stats.append(json.loads(bytes(data)))
             else:
-                per[name].append(pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all())
+                per[name].append(from_ipc(data))
         st = _merge_stats(stats)
         tables = {}
         for name, parts in per.items():
@@ -371,7 +365,7 @@ def _explode_fn(name: str):
         want = arrow_schema(name)
         for b in batches:
             for blob in b.column(0).to_pylist():
-                t = pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+                t = from_ipc(blob)
                 t = t.select(want.names).cast(want)
                 keys = [(k, "ascending") for k in SORT_KEYS if k in t.column_names]
                 if keys:

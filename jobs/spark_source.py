@@ -47,7 +47,7 @@ from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, order_reject_rea
 from schemas._derive import safe_text
 from schemas.events import EVENT_COLUMNS, validate
 
-from .buckets import bucket_of, group_keys
+from .buckets import bucket_of, group_keys, loose_bucket
 from .streamio import loose
 from .streamio import iter_file_rows, list_stream_files, row_to_json
 
@@ -126,8 +126,7 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
             if ev is None:
                 if route:
                     lo = loose(raw)
-                    b = bucket_of(lo["topic"], lo["partition"], n_buckets) \
-                        if "topic" in lo and "partition" in lo else 0
+                    b = loose_bucket(lo, n_buckets)
                     buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), reason)))
             else:
                 seq, ts, typ = ev["seq"], ev["ts_ms"], ev["type"]

@@ -67,6 +67,18 @@ def _utf8_error(line: str) -> str:
     return f"not valid UTF-8 (byte \\x{ord(line[i]) - 0xDC00:02x} at character {i + 1})"
 
 
+def to_ipc(tbl: pa.Table) -> bytes:
+    """An Arrow table as IPC stream bytes (how a table crosses a process: Spark rows, replay workers)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, tbl.schema) as w:
+        w.write_table(tbl)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(bytes(data))).read_all()
+
+
 _orjson_loads = orjson.loads
 
 

@@ -79,7 +79,8 @@ def test_native_write_is_idempotent_per_batch(native, tmp_path):
     import pandas as pd
     from deltalake import DeltaTable
 
-    from jobs.spark_engine import SparkDeltaSink, _ipc
+    from jobs.spark_engine import SparkDeltaSink
+    from jobs.streamio import to_ipc
     from schemas.tables import rows_to_arrow
 
     spark = native
@@ -90,7 +91,7 @@ def test_native_write_is_idempotent_per_batch(native, tmp_path):
     state = [{k: None for k in state_cols} | {"topic": "t", "partition": 0, "seq": 1, "idx": 0, "ts_ms": 5}]
     stats = {"n_in": 1, "applied": 1, "rejected": 0, "min_seq": 1, "max_seq": 1, "max_ts": 5}
     try:
-        blobs = [_ipc(rows_to_arrow("admin", admin)), _ipc(rows_to_arrow("partition_state", state))]
+        blobs = [to_ipc(rows_to_arrow("admin", admin)), to_ipc(rows_to_arrow("partition_state", state))]
     except ValueError as e:
         pytest.skip(f"hand-made partition_state row does not fit the schema: {e}")
     pdf = pd.DataFrame({"table": ["admin", "partition_state", "_stats"],
