@@ -208,24 +208,23 @@ def cmd_audit(args) -> int:
     return 0
 
 
+def _whole(v: str, hi: int | None = None, what: str = "") -> int:
+    """A whole number >= 1 (and <= hi) from the command line, or argparse's usage error."""
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1 or (hi is not None and n > hi):
+        want = f"from 1 to {hi}" if hi is not None else "of at least 1"
+        raise argparse.ArgumentTypeError(f"{what}{v!r}: expected a whole number {want}")
+    return n
+
+
 def _workers_arg(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= 64:
-        raise argparse.ArgumentTypeError(f"--workers {v!r}: expected a whole number from 1 to 64")
-    return n
+    return _whole(v, 64, "--workers ")
 
 
-def _positive_int(v: str) -> int:
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{v!r}: expected a whole number of at least 1")
-    return n
+_positive_int = _whole
 
 
 def _engine_parsers(sub) -> None:
