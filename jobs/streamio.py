@@ -111,12 +111,49 @@ def _loads(line: str):
     return obj
 
 
+def _loads_no_float(line: str):
+    """_loads for a line in which no number can be one orjson reads as a float (see _float_free)."""
+    try:
+        obj = _orjson_loads(line)
+    except ValueError:
+        return json.loads(line)
+    if type(obj) is not dict:
+        return json.loads(line)
+    return obj
+
+
+_DIGITS_AS_0 = bytes.maketrans(b"123456789", b"000000000")
+_FLOAT_MARKS = (b"0.", b"0e", b"0E", b"0" * 19)
+_CHUNK = 1 << 23
+
+
+def _float_free(f: Path) -> bool:
+    """Can no number in the file be one orjson reads as a float? A JSON number is read as a float only with
+    a fraction or an exponent (a digit then '.', 'e' or 'E') or past 64 bits (19 digits or more): if the file
+    has no such bytes anywhere (strings included: a false alarm only costs the slower check), every line
+    orjson reads is exactly json's and _loads' per-value float check can be skipped (a whole stream read
+    about 1.3x faster)."""
+    try:
+        with open(f, "rb") as fh:
+            tail = b""
+            while True:
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    return True
+                t = tail + chunk.translate(_DIGITS_AS_0)
+                if any(m in t for m in _FLOAT_MARKS):
+                    return False
+                tail = t[-18:]
+    except OSError:
+        return False            # the read below reports it
+
+
 def _iter_json(f: Path) -> Iterator[RawRow]:
     # Text mode: json.loads(str) is ~1.5x faster than on bytes. Bytes that are not UTF-8 come
     # in as lone surrogates (surrogateescape): such a line is rejected (JSON is UTF-8; a topic
     # name must not silently change), its raw text shows them as \xNN.
     name = safe_text(f.name)
-    loads = _loads
+    loads = _loads_no_float if _float_free(f) else _loads
     try:
         fh = open(f, "r", encoding="utf-8", errors="surrogateescape", newline="\n")
     except OSError as e:

@@ -73,3 +73,23 @@ def test_json_lines_read_exactly_as_pythons_json(line):
             return ("error", type(e).__name__, str(e))
         return ("ok", repr(v), repr(type(v)))
     assert outcome(_loads) == outcome(json.loads)
+
+
+@pytest.mark.parametrize("number,float_free", [
+    ("1.5", False), ("1e3", False), ("1E3", False), ("9" * 19, False), ("-9223372036854775809", False),
+    ("123456789012345678", True), ("-12", True), ("0", True)])
+@pytest.mark.parametrize("shift", range(0, 24, 3))
+def test_float_free_files_read_as_pythons_json(tmp_path, monkeypatch, number, float_free, shift):
+    """A file with no number orjson could read as a float skips the per-value float check (_float_free).
+    The check reads the file in chunks: a number cut by a chunk boundary (every position, with a small
+    chunk) is still seen, and the rows read are json.loads's either way."""
+    import jobs.streamio as sio
+    monkeypatch.setattr(sio, "_CHUNK", 16)
+    line = "x" * shift + '{"seq":' + number + ',"ts_ms":1}'
+    text = '{"type":"Tick","seq":1,"ts_ms":1}\n' + line[shift:] + "\n"
+    f = tmp_path / "s.jsonl"
+    f.write_text(" " * shift + text)
+    assert sio._float_free(f) is float_free
+    rows = [raw for raw, _, _ in sio.iter_raw_rows(f)]
+    assert rows == [json.loads(x) for x in text.split("\n") if x]
+    assert [type(v) for v in rows[1].values()] == [type(v) for v in json.loads(line[shift:]).values()]
