@@ -48,10 +48,15 @@ def settings_text(settings: dict) -> str:
 
 def import_metadata(src, out, tables=None, overwrite: bool = False, log=None) -> dict:
     with gc_paused():           # millions of small acyclic objects (see reader.gc_paused)
-        return _import_metadata(src, out, tables, overwrite)
+        summary, res, ml = import_stream(src, out, overwrite)
+        write_records(summary, res, Path(tables) if tables else Path(out) / "_tables")
+        return summary, res, ml
 
 
-def _import_metadata(src, out, tables, overwrite) -> dict:
+def import_stream(src, out, overwrite: bool = False):
+    """The import's first phase: the log decoded and converted, the stream and its settings written.
+    -> (summary, ConvertResult, MetaLog); write_records completes the import (`isrflow audit` replays the
+    stream meanwhile)."""
     t0 = time.perf_counter()
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -64,10 +69,6 @@ def _import_metadata(src, out, tables, overwrite) -> dict:
     t2 = time.perf_counter()
     files = write_stream(res.events, out)
     (out / "_import.properties").write_text(settings_text(res.settings))
-    table_dir = Path(tables) if tables else out / "_tables"
-    from schemas.tables import rows_to_arrow
-    res.kafka_records_table = rows_to_arrow("kafka_records", res.kafka_records)     # built once (audit reuses it)
-    write_table(table_dir, "kafka_records", res.kafka_records_table)
     t3 = time.perf_counter()
     types: dict[str, int] = {}
     for r in ml.records:
@@ -88,12 +89,23 @@ def _import_metadata(src, out, tables, overwrite) -> dict:
         "skipped": sum(skipped.values()), "skipped_by_reason": skipped,
         "issues": [i.text() for i in res.issues],
         "snapshot_checks": {str(k): v for k, v in res.snapshot_checks.items()},
-        "settings": res.settings, "kafka_records": str(table_dir / "kafka_records"),
-        "seconds": {"decode": round(t1 - t0, 3), "convert": round(t2 - t1, 3), "write": round(t3 - t2, 3)},
+        "settings": res.settings,
+        "seconds": {"decode": round(t1 - t0, 3), "convert": round(t2 - t1, 3), "stream": round(t3 - t2, 3)},
         "decode_records_per_s": round(n / (t1 - t0)) if t1 > t0 else None,
     }
-    (out / "_import.json").write_text(json.dumps(summary, indent=1))
     return summary, res, ml
+
+
+def write_records(summary: dict, res, table_dir: Path) -> None:
+    """The import's second phase: the records as the `kafka_records` table (its Arrow table kept on `res`
+    for the audit), and the summary as _import.json next to the stream."""
+    from schemas.tables import rows_to_arrow
+    t0 = time.perf_counter()
+    res.kafka_records_table = rows_to_arrow("kafka_records", res.kafka_records)
+    write_table(table_dir, "kafka_records", res.kafka_records_table)
+    summary["kafka_records"] = str(table_dir / "kafka_records")
+    summary["seconds"]["records"] = round(time.perf_counter() - t0, 3)
+    (Path(summary["stream"]) / "_import.json").write_text(json.dumps(summary, indent=1))
 
 
 def summary_line(s: dict) -> str:
