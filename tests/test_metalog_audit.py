@@ -159,3 +159,47 @@ def test_log_starting_after_a_snapshot(tmp_path):
     audit = _check_audit(tmp_path / "t", kr)
     assert audit and all(a["offset"] >= end for a in audit if a["verdict"] != "isrflow_only")
     assert summary["decisions"] >= 10 and summary["agree"] > 0
+
+
+def test_compare_columns_of_every_verdict():
+    """The columnar pairing: each verdict with its columns, the explanations of the rows that differ
+    (min ISR at the offset, isrflow's election in the rule, an engine note on a decision isrflow did not
+    make), and the engine rows read only when some decision has no isrflow row."""
+    cfg = {"offset": 0, "append_ms": 0, "topic": "t", "partition": 0, "record_type": "ConfigRecord",
+           "data": json.dumps({"resourceType": 2, "resourceName": "t", "name": "min.insync.replicas",
+                               "value": "2"})}
+    kr = [cfg,
+          _k(1, [1, 2, 3], 1, cause="CreatePartition", s=(1, 1)),
+          _k(2, [1], 1, elr=[2], pe=1, s=(2, 3)),                      # differ: ELR
+          _k(3, [2], 2, le=1, pe=2, s=(4, 4)),                         # differ: leader (isrflow elected 3)
+          _k(4, [2, 3], 2, le=1, pe=3, s=(5, 6))]                      # kafka_only: no isrflow row
+    ir = [_i(1, [1, 2, 3], 1), _i(3, [1], 1, pe=1), _i(4, [3], 3, le=1, pe=2), _i(9, [3, 1], 3, le=1, pe=3)]
+    el = [{"topic": "t", "partition": 0, "seq": 4, "election": "ISR"}]
+    notes = [{"_t": "fetch", "topic": "t", "partition": 0, "seq": 5, "broker": 3, "result": "FENCED_LEADER_EPOCH"}]
+    rows = compare(kr, ir, el, notes)
+    assert [r["verdict"] for r in rows] == ["agree", "differ", "differ", "kafka_only", "isrflow_only"]
+    assert [r["decision"] for r in rows] == [1, 2, 3, 4, 5]
+    a, d1, d2, ko, io = rows
+    assert a["isrflow_seq"] == 1 and a["diff"] is None and a["why"] is None and a["rule"] == "create"
+    assert d1["diff"] == ["elr"] and d1["isrflow_elr"] == [] and d1["kafka_elr"] == [2]
+    assert "min.insync.replicas was 2 at this offset; ISR size 1" in d1["why"]
+    assert d2["diff"] == ["leader", "isr"] and d2["isrflow_election"] == "ISR"
+    assert d2["rule"].endswith("(isrflow: ISR election)") and "follows an earlier difference" in d2["why"]
+    assert ko["isrflow_seq"] is None and ko["kafka_isr"] == [2, 3]
+    assert ko["why"] == "isrflow committed no change for this event: fetch from 3 answered FENCED_LEADER_EPOCH"
+    assert io["isrflow_seq"] == 9 and io["kafka_leader"] is None and io["ts_ms"] == 9
+    asked = []
+    compare(kr[:3], ir[:2], el, lambda: asked.append(1) or [])
+    assert not asked                     # every decision paired: the engine's tables are not read
+
+
+def test_audit_reports_a_failure_of_the_work_alongside_the_replay(tmp_path, monkeypatch):
+    """The kafka_records table and the history checks run in a thread during the replay: a failure there
+    ends the audit with that error (not a hang, not a silent audit without invariants)."""
+    from jobs.metalog import audit
+
+    def boom(*a, **k):
+        raise RuntimeError("history check failed")
+    monkeypatch.setattr(audit, "check_history", boom)
+    with pytest.raises(RuntimeError, match="history check failed"):
+        audit.run_audit(_synthetic(tmp_path), tmp_path / "t")
