@@ -5,7 +5,8 @@ import settings, 3. pair each PartitionRecord / PartitionChangeRecord (and each 
 changed) with the `metadata_log` row isrflow committed for the same partition while applying the stream rows
 of the event the record is attributed to (`seq_first..seq_last`), in order, and compare the two states,
 4. check the real history itself (leader eligibility, epochs, ELR ∩ ISR = ∅, unclean elections, time under
-min ISR, time without a leader).
+min ISR, time without a leader). The `kafka_records` table and step 4 need only the records: they run while
+the engine replays (_Alongside).
 """
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ from .reader import gc_paused
 
 FIELDS = ("leader", "isr", "elr", "last_known_elr", "replicas", "leader_epoch", "partition_epoch",
           "leader_recovery_state")
-_ISRFLOW_KEYS = tuple((f, f"isrflow_{f}") for f in FIELDS)     # compare's column names, made once
 
 
 def kafka_rule(before: dict | None, r: dict) -> str:
@@ -144,7 +144,6 @@ def _min_isr_at(kafka_records: list[dict], default: int = 1) -> dict:
 # and only the rows that do not agree (few, in a healthy history) are explained one by one in Python.
 _DECISION_COLS = ("offset", "append_ms", "topic", "partition", "cause", "seq_first", "seq_last") + FIELDS
 _ISRFLOW_COLS = ("topic", "partition", "seq", "idx", "ts_ms", "cause") + FIELDS
-_LIST_FIELDS = frozenset({"isr", "elr", "last_known_elr", "replicas"})
 
 
 def decision_rows(kafka_records: list[dict]) -> list[dict]:
@@ -575,7 +574,7 @@ def _run_audit(src, tables_dir, engine, stream_dir, overrides, workers) -> dict:
     t0 = time.perf_counter()
     tables_dir = Path(tables_dir)
     stream_dir = Path(stream_dir) if stream_dir else tables_dir.with_name(tables_dir.name + ".stream")
-    imp, res, ml = import_stream(src, stream_dir, overwrite=True)
+    imp, res, _ml = import_stream(src, stream_dir, overwrite=True)
     t1 = time.perf_counter()
     settings = dict(res.settings)
     cfg = dict(load_defaults())
