@@ -13,6 +13,7 @@ def test_bench_import_stage_audits_the_synthetic_log_in_full_agreement():
     assert a["differ"] == a["kafka_only"] == a["isrflow_only"] == a["unexplained"] == 0
     assert a["events"] > a["decisions"]
     assert a["wall_s"] >= a["import_s"] + a["replay_s"] + a["compare_s"] - 0.01 > 0
+    assert 0 < a["alongside_s"] <= a["replay_s"] + 0.01     # the records work runs inside the replay's span
     assert abs(a["records_per_s"] * a["wall_s"] - out["records"]) <= 0.01 * out["records"] + a["records_per_s"] * 0.01
     assert any(x.startswith("[bench] audit: ") and f"{a['agree']:,} agree" in x for x in lines)
 

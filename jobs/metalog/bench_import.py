@@ -54,13 +54,15 @@ def bench_import(records: int = 1_000_000, partitions: int = 5000, full: bool = 
             sec = s["seconds"]
             out["audit"] = {"wall_s": round(wall, 2), "records_per_s": round(out["records"] / wall),
                             "import_s": round(sec["import"], 2), "replay_s": round(sec["replay"], 2),
-                            "compare_s": round(sec["compare"], 2), "events": s["import"]["events"],
+                            "compare_s": round(sec["compare"], 2), "alongside_s": round(sec["alongside"], 2),
+                            "events": s["import"]["events"],
                             "decisions": s["decisions"], "agree": s["agree"], "differ": s["differ"],
                             "kafka_only": s["kafka_only"], "isrflow_only": s["isrflow_only"],
                             "unexplained": s["import"]["unexplained"]}
             a = out["audit"]
             log(f"[bench] audit: {out['records']:,} records in {a['wall_s']} s ({a['records_per_s']:,}/s; import "
-                f"{a['import_s']} s, replay {a['replay_s']} s, compare {a['compare_s']} s); {a['decisions']:,} "
+                f"{a['import_s']} s, replay {a['replay_s']} s with {a['alongside_s']} s of records work alongside, "
+                f"compare {a['compare_s']} s); {a['decisions']:,} "
                 f"decisions: {a['agree']:,} agree, {a['differ']:,} differ, {a['kafka_only']:,} kafka-only, "
                 f"{a['isrflow_only']:,} isrflow-only")
         return out
