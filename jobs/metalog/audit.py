@@ -190,13 +190,19 @@ def _differs(a, b) -> np.ndarray:
     return out
 
 
-def _pair(decisions: list[dict], ikeys: list, iseq: list) -> tuple[list, list]:
-    """Which isrflow row (index into the sorted metadata_log, or None) each decision is paired with, and the
-    rule each follows: per partition, the first row not yet passed at or after the event's first stream row,
-    if it is within the event (rows passed over are isrflow-only decisions)."""
+def _by_partition(ikeys: list) -> dict[tuple, list]:
+    """isrflow's rows (indexes into the sorted metadata_log) per partition, partitions in the order they
+    first appear."""
     by_part: dict[tuple, list] = {}
     for j, key in enumerate(ikeys):
         by_part.setdefault(key, []).append(j)
+    return by_part
+
+
+def _pair(decisions: list[dict], by_part: dict, iseq: list) -> tuple[list, list]:
+    """Which isrflow row (index into the sorted metadata_log, or None) each decision is paired with, and the
+    rule each follows: per partition, the first row not yet passed at or after the event's first stream row,
+    if it is within the event (rows passed over are isrflow-only decisions)."""
     cursor: dict[tuple, int] = {}
     last_k: dict[tuple, dict] = {}
     match, rules = [], []
@@ -233,7 +239,8 @@ def compare_table(kafka_records: list[dict], isr_rows, elections: list[dict], en
     elect: dict[tuple, str] = {}
     for e in elections:
         elect.setdefault((e["topic"], e["partition"], e["seq"]), e.get("election"))
-    match, rules = _pair(decisions, ikeys, iseq)
+    by_part = _by_partition(ikeys)
+    match, rules = _pair(decisions, by_part, iseq)
     n = len(decisions)
     take = pa.array(match, pa.int64())
     paired = it.take(take)
@@ -283,7 +290,7 @@ def compare_table(kafka_records: list[dict], isr_rows, elections: list[dict], en
             **{f"kafka_{f}": kt[f] for f in FIELDS}, "isrflow_seq": paired["seq"],
             **{f"isrflow_{f}": paired[f] for f in FIELDS}, "isrflow_cause": paired["cause"],
             "isrflow_election": election, "rule": rules, "why": why}
-    return pa.concat_tables([_audit_table(cols, n), _isrflow_only(it, ikeys, iseq, match, elect, n)])
+    return pa.concat_tables([_audit_table(cols, n), _isrflow_only(it, ikeys, iseq, by_part, match, elect, n)])
 
 
 def _audit_table(cols: dict, n: int) -> pa.Table:
@@ -301,16 +308,14 @@ def _audit_table(cols: dict, n: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=sch)
 
 
-def _isrflow_only(it: pa.Table, ikeys: list, iseq: list, match: list, elect: dict, n: int) -> pa.Table:
+def _isrflow_only(it: pa.Table, ikeys: list, iseq: list, by_part: dict, match: list, elect: dict,
+                  n: int) -> pa.Table:
     """isrflow's decisions no real decision was paired with (snapshot loads are not decisions), partition by
     partition in the order the partitions first appear, numbered on from the real ones."""
     used = np.zeros(len(ikeys), bool)
     used[[m for m in match if m is not None]] = True
     not_load = pc.fill_null(pc.not_equal(it["cause"], "PartitionRecord"), True).to_numpy(zero_copy_only=False)
-    order = {}
-    for j, key in enumerate(ikeys):
-        order.setdefault(key, []).append(j)
-    rows = [j for js in order.values() for j in js if not used[j] and not_load[j]]
+    rows = [j for js in by_part.values() for j in js if not used[j] and not_load[j]]
     part = it.take(pa.array(rows, pa.int64()))
     m = len(rows)
     cols = {"decision": pa.array(np.arange(n + 1, n + m + 1, dtype=np.int64)), "ts_ms": part["ts_ms"],
