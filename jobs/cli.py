@@ -224,9 +224,6 @@ def _workers_arg(v: str) -> int:
     return _whole(v, 64, "--workers ")
 
 
-_positive_int = _whole
-
-
 def _engine_parsers(sub) -> None:
     """replay and run: the engines over a stream directory or a Kafka topic."""
     for name in ("replay", "run"):
@@ -245,7 +242,7 @@ def _engine_parsers(sub) -> None:
             p.add_argument("--workers", type=_workers_arg, default=1,
                            help="local engine: processes replaying in parallel, each a share of the partitions "
                                 "(same tables; default 1)")
-            p.add_argument("--batch-rows", type=_positive_int, default=500_000,
+            p.add_argument("--batch-rows", type=_whole, default=500_000,
                            help="local engine: input rows per micro-batch, one Delta commit each (default 500000)")
         p.add_argument("--sink", choices=["delta-spark", "delta-rs"], default=None,
                        help="spark engine: Delta writer (default: delta-spark when its JARs are there, else delta-rs)")
