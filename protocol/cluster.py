@@ -78,6 +78,11 @@ class Cluster:
         self.brokers: dict[int, Broker] = {}
         self.topic_cfg: dict[str, dict[str, str]] = {}
         self.partitions: dict[tuple, Partition] = {}
+        # partitions read from a state blob and not used since (protocol.codec, version 3): key ->
+        # (next timer due or None, hosts, encoded partition). A partition is decoded the first time
+        # a row, a broker change or a due timer reaches it (`part`), so a micro-batch costs what it
+        # touches, not the bucket's size. The in-process engine never has any.
+        self.cold: dict[tuple, tuple] = {}
         self.by_broker: dict[int, set] = defaultdict(set)
         self.by_topic: dict[str, set] = defaultdict(set)
         self.reg_log: list[RegLogEntry] = []        # broker registration changes (explicit metadata delivery)
@@ -109,7 +114,29 @@ class Cluster:
 
     def hosted(self, b: int) -> list[Partition]:
         parts = self.partitions
-        return [parts[k] for k in sorted(self.by_broker.get(b, ()))]
+        return [parts.get(k) or self._thaw(k) for k in sorted(self.by_broker.get(b, ()))]
+
+    # ------------------------------------------------------------------ cold partitions
+    def part(self, key: tuple) -> Partition | None:
+        """Partition `key`, decoded first if it is still cold; None if this cluster has no such one."""
+        p = self.partitions.get(key)
+        if p is None and key in self.cold:
+            p = self._thaw(key)
+        return p
+
+    def has(self, key: tuple) -> bool:
+        return key in self.partitions or key in self.cold
+
+    def _thaw(self, key: tuple) -> Partition:
+        from .codec import thaw     # codec builds Clusters: imported here, not at the top
+        return thaw(self, key)
+
+    def all_partitions(self) -> list[Partition]:
+        """Every partition, in key order (the cold ones decoded)."""
+        for key in sorted(self.cold):
+            self._thaw(key)
+        parts = self.partitions
+        return [parts[k] for k in sorted(parts)]
 
     def view_of(self, b: int):
         """Broker b's metadata cache of registrations (broker -> a record with epoch, fenced, in_cs,
@@ -200,8 +227,13 @@ class Cluster:
         ts = self.max_ts if ts is None else ts
         if self.sess_next is not None and ts >= self.sess_next:
             self.expire_sessions(ts)
-        for key in sorted(self.partitions):
-            p = self.partitions[key]
+        keys = list(self.partitions)
+        if self.cold:
+            # a cold partition is unchanged since it was encoded, so no timer of it is due before the
+            # one stored with it: only those due by ts are decoded (the others would fire nothing)
+            keys += [k for k, (due, _, _) in self.cold.items() if due is not None and due <= ts]
+        for key in sorted(keys):
+            p = self.part(key)
             if p.tdone < ts:
                 advance(p, ts)
                 self.touched.add(key)
@@ -216,6 +248,9 @@ class Cluster:
         far = 1 << 62
         for p in self.partitions.values():
             t = _next_due(p, far)
+            if t is not None and (best is None or t < best):
+                best = t
+        for t, _, _ in self.cold.values():
             if t is not None and (best is None or t < best):
                 best = t
         if self.sess_next is not None and (best is None or self.sess_next < best):
@@ -243,7 +278,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ lookups
     def partition_of(self, ev: dict) -> Partition:
-        p = self.partitions.get((ev["topic"], ev["partition"]))
+        p = self.part((ev["topic"], ev["partition"]))
         if p is None:
             raise Reject(f"unknown partition {ev['topic']}-{ev['partition']} (not created in this stream)")
         return p
@@ -277,7 +312,7 @@ class Cluster:
         def fail(err, detail):
             self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},
                          topic, part, seq, ts)
-        if (topic, part) in self.partitions:
+        if self.has((topic, part)):
             return fail("TOPIC_ALREADY_EXISTS", f"Partition {topic}-{part} already exists.")
         cfg = {}
         if ev.get("config"):
@@ -324,7 +359,7 @@ class Cluster:
             raise Reject(f"isr {isr} / elr {elr} must be subsets of replicas {replicas}")
         if lead != NO_LEADER and lead not in replicas:
             raise Reject(f"leader {lead} is not one of replicas {replicas}")
-        p = self.partitions.get((topic, part))
+        p = self.part((topic, part))
         if p is not None and (ev["partition_epoch"] <= p.partition_epoch or ev["leader_epoch"] < p.leader_epoch):
             raise Reject(f"partition epoch {ev['partition_epoch']} / leader epoch {ev['leader_epoch']} is not after "
                          f"the current {p.partition_epoch} / {p.leader_epoch} (epoch going backwards)")
@@ -376,7 +411,7 @@ class Cluster:
         else:
             cfg = validate_topic_config(ev.get("config") or {})
         if ev.get("partition") is not None:
-            if (topic, ev["partition"]) not in self.partitions:
+            if not self.has((topic, ev["partition"])):
                 return self._unknown_partition(ev, "AlterConfig", f"No such partition as {topic}-{ev['partition']}")
             p = self.partition_of(ev)
             self.begin(p, ev["seq"], ev["ts_ms"])
@@ -402,7 +437,7 @@ class Cluster:
         changed = admin.min_isr_changed(self.config.elr, tcfg, cfg)
         tcfg.update(cfg)
         for key in sorted(self.by_topic.get(topic, ())):
-            p = self.partitions[key]
+            p = self.part(key)
             self.begin(p, ev["seq"], ev["ts_ms"])
             p.refresh_conf()
             if changed:
@@ -410,7 +445,7 @@ class Cluster:
             self.end(p)
 
     def _reassign(self, ev):
-        if (ev["topic"], ev["partition"]) not in self.partitions:
+        if not self.has((ev["topic"], ev["partition"])):
             return self._unknown_partition(ev, "Reassign", f"Unable to find partition {ev['topic']}:{ev['partition']}.")
         p = self.partition_of(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
@@ -418,7 +453,7 @@ class Cluster:
         self.end(p)
 
     def _elect_leaders(self, ev):
-        if (ev["topic"], ev["partition"]) not in self.partitions:
+        if not self.has((ev["topic"], ev["partition"])):
             return self._unknown_partition(ev, "ElectLeaders", f"No such partition as {ev['topic']}-{ev['partition']}")
         p = self.partition_of(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])

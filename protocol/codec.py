@@ -1,10 +1,18 @@
 """Compact, versioned encoding of protocol state (it lives in Spark's state store).
 
-Layout: b"IF" + one version byte + zlib(pickle(nested tuples of builtins)). Only builtins
-are pickled (ints, strings, tuples, lists, dicts, None, bools), so any Python reads it and no
-class path is frozen into a checkpoint: the NamedTuples of protocol/messages.py are stored as
-plain tuples in field order, and the leader's ISR state as (committed ISR, maximal ISR, pending).
-A future version adds a decoder for its own version byte and keeps the old ones.
+Only builtins are pickled (ints, strings, tuples, lists, dicts, None, bools, bytes), so any
+Python reads it and no class path is frozen into a checkpoint: the NamedTuples of
+protocol/messages.py are stored as plain tuples in field order, and the leader's ISR state as
+(committed ISR, maximal ISR, pending).
+
+Layout of version 3 (written): b"IF" + version byte + pickle((cluster, partitions)), where
+`cluster` is zlib(pickle(the cluster tuple, its partition list empty)) and `partitions` maps
+each (topic, partition), in key order, to (next timer due or None, hosts, zlib(pickle(the
+partition tuple))). Partitions are decoded one by one when first used (`thaw`, see
+Cluster.cold) and only the decoded ones are encoded again, so a micro-batch of a Spark bucket
+costs the partitions it touches, not all the bucket's partitions. Version 2 (read only): b"IF" +
+2 + zlib(pickle(the cluster tuple with every partition in it)), decoded whole. A future version
+adds a decoder for its own version byte and keeps the old ones.
 """
 from __future__ import annotations
 
@@ -21,9 +29,12 @@ from .messages import (AlterPartitionRequest, AlterPartitionResponse, BrokerReg,
 from .partition import Partition
 from .registry import Broker
 from .replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
+from .timers import next_due
 
 MAGIC = b"IF"
-VERSION = 2   # 2: broker session state (broker.session.timeout.ms)
+VERSION = 3   # 2: broker session state (broker.session.timeout.ms); 3: partitions encoded one by one
+READS = (2, 3)
+_FAR = 1 << 62
 
 
 class CodecError(ValueError):
@@ -105,9 +116,9 @@ def _snapshot_in(snap) -> RegistrationSnapshot:
 
 
 # ---------------------------------------------------------------- cluster
-def cluster_out(cl: Cluster) -> tuple:
-    return ([b.to_tuple() for b in cl.brokers.values()], cl.topic_cfg,
-            [partition_out(cl.partitions[k]) for k in sorted(cl.partitions)],
+def cluster_out(cl: Cluster, with_partitions: bool = True) -> tuple:
+    parts = [partition_out(cl.partitions[k]) for k in sorted(cl.partitions)] if with_partitions else []
+    return ([b.to_tuple() for b in cl.brokers.values()], cl.topic_cfg, parts,
             [as_tuple(e) for e in cl.reg_log],
             {b: {r: as_tuple(reg) for r, reg in v.items()} for b, v in cl.views.items()},
             cl.view_seq, cl.last_seq, cl.max_ts, cl.applied, cl.rejected,
@@ -135,27 +146,69 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     return cl
 
 
-def encode(obj: tuple, level: int = 1) -> bytes:
-    return MAGIC + bytes([VERSION]) + zlib.compress(pickle.dumps(obj, protocol=4), level)
+def _pack(obj) -> bytes:
+    return zlib.compress(pickle.dumps(obj, protocol=4), 1)
 
 
-def decode(blob: bytes) -> tuple:
+def _unpack(b: bytes):
+    return pickle.loads(zlib.decompress(b))
+
+
+def encode(obj, level: int = 1) -> bytes:
+    """A version-2 frame of any builtin value: b"IF" + 2 + zlib(pickle(obj))."""
+    return MAGIC + bytes([2]) + zlib.compress(pickle.dumps(obj, protocol=4), level)
+
+
+def _frame(blob: bytes) -> tuple[int, bytes]:
     if len(blob) < 3 or blob[:2] != MAGIC:
         raise CodecError("not an isrflow state blob")
     v = blob[2]
-    if v != VERSION:
-        raise CodecError(f"state blob version {v} is not supported by this isrflow (reads version {VERSION})")
-    return pickle.loads(zlib.decompress(blob[3:]))
+    if v not in READS:
+        raise CodecError(f"state blob version {v} is not supported by this isrflow (reads versions "
+                         f"{', '.join(map(str, READS))})")
+    return v, blob[3:]
+
+
+def decode(blob: bytes):
+    """The value in a blob of either version (version 3: (cluster, partitions) as stored)."""
+    v, body = _frame(blob)
+    return pickle.loads(body) if v == 3 else _unpack(body)
 
 
 def encode_cluster(cl: Cluster) -> bytes:
-    return encode(cluster_out(cl))
+    """Version 3: the decoded partitions encoded now, the cold ones as they came."""
+    parts = dict(cl.cold)
+    for key, p in cl.partitions.items():
+        parts[key] = (next_due(p, _FAR), tuple(sorted(p.indexed)), _pack(partition_out(p)))
+    body = (_pack(cluster_out(cl, with_partitions=False)), {k: parts[k] for k in sorted(parts)})
+    return MAGIC + bytes([VERSION]) + pickle.dumps(body, protocol=4)
 
 
 def decode_cluster(blob: bytes, config: EngineConfig, emit_global: bool = True, owns=None) -> Cluster:
-    return cluster_in(config, decode(blob), emit_global=emit_global, owns=owns)
+    """The cluster of a blob; under version 3 with every partition cold (decoded when used)."""
+    v, body = _frame(blob)
+    if v == 2:
+        return cluster_in(config, _unpack(body), emit_global=emit_global, owns=owns)
+    head, parts = pickle.loads(body)
+    cl = cluster_in(config, _unpack(head), emit_global=emit_global, owns=owns)
+    cl.cold = parts
+    by_topic, by_broker = cl.by_topic, cl.by_broker
+    for key, (_, hosts, _) in parts.items():
+        by_topic[key[0]].add(key)
+        for b in hosts:
+            by_broker[b].add(key)
+    return cl
+
+
+def thaw(cl: Cluster, key: tuple) -> Partition:
+    """Decode cold partition `key` into cl (Cluster.part calls this on first use)."""
+    _, hosts, data = cl.cold.pop(key)
+    p = partition_in(cl, _unpack(data))
+    p.indexed = set(hosts)      # what cl.by_broker holds it under (decode_cluster indexed it so)
+    cl.partitions[key] = p
+    return p
 
 
 def partition_bytes(p: Partition) -> int:
     """Encoded size of one partition's state (the benchmark's state bytes per partition)."""
-    return len(encode(partition_out(p)))
+    return len(_pack(partition_out(p)))

@@ -332,7 +332,8 @@ def tick(cl, ev):
     if pid is not None:
         parts = [cl.partition_of(ev)]
     elif b is None:
-        parts = [cl.partitions[k] for k in sorted(cl.partitions)]
+        parts = ([cl.part(k) for k in sorted(cl.by_topic.get(topic, ()))] if topic is not None
+                 else cl.all_partitions())
     else:
         parts = cl.hosted(b)
     if topic is not None and pid is None:

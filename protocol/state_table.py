@@ -6,7 +6,9 @@ from .messages import LEADER
 
 def partition_state_rows(cl, keys=None) -> list[dict]:
     rows = []
-    for key in sorted(cl.partitions if keys is None else keys):
+    if keys is None:
+        keys = [p.key for p in cl.all_partitions()]
+    for key in sorted(keys):
         p = cl.partitions.get(key)
         if p is None:
             continue

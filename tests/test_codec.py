@@ -47,3 +47,98 @@ def test_snapshot_load_works_with_immediate_metadata():
     assert [(x["diverging_epoch"], x["diverging_end_offset"], x["truncated_to"]) for x in r] == [(5, 130, 130)]
     assert out["partition_state"][0]["leader_leso"] == 130
     assert not out.get("violations")
+
+
+def _cluster_of(n_parts: int, n_events: int = 300, config: dict | None = None):
+    events = random_schedule(3, n_events, partitions=n_parts, max_unclean=1)
+    return run_events(events, config or {"min.insync.replicas": "2"}, finish=False)["_cluster"], events
+
+
+def _row(cl, key, typ, broker, ts=None, **kw):
+    from schemas.events import validate
+    ev, why = validate({"seq": cl.last_seq + 1, "ts_ms": cl.max_ts if ts is None else ts, "type": typ,
+                        "topic": key[0], "partition": key[1], "broker": broker, **kw})
+    assert ev is not None, why
+    return ev
+
+
+def _produce(cl, key):
+    return _row(cl, key, "Produce", cl.part(key).leader, acks=1, records=1)
+
+
+def _led(cl):
+    return [k for k in sorted(cl.partitions) if cl.partitions[k].leader >= 0]
+
+
+def test_a_batch_decodes_and_reencodes_only_the_partitions_it_touches():
+    from protocol.codec import decode as raw_decode
+    cl, events = _cluster_of(8)
+    cfg = EngineConfig({"min.insync.replicas": "2"})
+    cl.finish()
+    cl.drain()
+    blob = encode_cluster(cl)
+    again = decode_cluster(blob, cfg)
+    assert again.partitions == {} and len(again.cold) == 8          # nothing decoded yet
+    # one produce row for one partition, at the stream's time: only that partition is decoded
+    key = _led(cl)[-1]
+    ev = _produce(cl, key)
+    again.apply(ev)
+    again.finish(cl.max_ts)
+    assert set(again.partitions) == {key}
+    assert again.partition_state_rows(again.touched)[0]["partition"] == key[1]
+    new = encode_cluster(again)
+    old_parts, new_parts = raw_decode(blob)[1], raw_decode(new)[1]
+    assert list(new_parts) == list(old_parts)                       # every partition still there, in key order
+    assert [k for k in old_parts if old_parts[k] != new_parts[k]] == [key]   # the others' bytes as they came
+    # and the cold path changes nothing: the same row on the whole cluster gives the same state
+    cl.apply(ev)
+    cl.finish(cl.max_ts)
+    assert decode_cluster(new, cfg).partition_state_rows() == cl.partition_state_rows()
+
+
+def test_a_due_timer_decodes_its_partition_and_fires_as_in_a_whole_cluster():
+    # all brokers up, every ISR whole; no broker sessions (their expiry would reach every partition)
+    conf = {"min.insync.replicas": "2", "broker.session.timeout.ms": "0"}
+    cl, _ = _cluster_of(6, n_events=0, config=conf)
+    cfg = EngineConfig(conf)
+    cl.finish()
+    cl.drain()
+    key = _led(cl)[0]
+    # at 20 s every other partition's followers fetch (caught up: their ISR check moves to 60 s); key's
+    # followers never do, so its leader's ISR-expiration timer stays due at 45 s
+    for k in sorted(cl.partitions):
+        p = cl.partitions[k]
+        for r in p.replicas:
+            if k != key and r != p.leader:
+                cl.apply(_row(cl, k, "Fetch", r, ts=20_000))
+    cl.drain()
+    blob = encode_cluster(cl)
+    dues = {k: t for k, (t, _, _) in raw_cold(blob).items() if t is not None}
+    assert key in dues
+    lazy = decode_cluster(blob, cfg)
+    assert lazy.next_due() == cl.next_due()
+    ts = dues[key]
+    lazy.finish(ts)
+    cl.finish(ts)
+    # exactly the partitions with a timer due by then were decoded; their rows equal the eager run's
+    assert set(lazy.partitions) == {k for k, t in dues.items() if t <= ts}
+    assert set(lazy.partitions) == {key}
+    assert canonical(lazy.drain()) == canonical(cl.drain())
+    assert lazy.partition_state_rows() == cl.partition_state_rows()
+
+
+def raw_cold(blob):
+    from protocol.codec import decode as raw_decode
+    return raw_decode(blob)[1]
+
+
+def test_version_2_blobs_of_whole_clusters_are_still_read():
+    from protocol.codec import cluster_out
+    cl, _ = _cluster_of(4)
+    cfg = EngineConfig({"min.insync.replicas": "2"})
+    old = encode(cluster_out(cl))          # the layout every checkpoint before version 3 holds
+    assert old[2] == 2
+    again = decode_cluster(old, cfg)
+    assert again.cold == {} and sorted(again.partitions) == sorted(cl.partitions)
+    assert again.partition_state_rows() == cl.partition_state_rows()
+    assert decode_cluster(encode_cluster(again), cfg).partition_state_rows() == cl.partition_state_rows()
