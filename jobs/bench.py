@@ -203,6 +203,70 @@ def cut_stream(stream: str, n: int) -> tuple[int, int]:
     return kept, last_ts
 
 
+# ---------------------------------------------------------------- small micro-batches
+BATCH_ROWS = 1000       # rows per micro-batch of the `spark-batches` stage
+BATCHES = 10            # how many such batches it times
+
+
+def split_small_batches(stream: str, out: str, head: int, batch_rows: int, batches: int) -> int:
+    """A copy of Parquet `stream` for timing small micro-batches: its first `head` rows in one file
+    (the cluster's set-up: registrations and partition creations), then up to `batches` files of
+    `batch_rows` rows each. Returns the number of small files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from jobs.streamio import list_stream_files
+
+    want = head + batch_rows * batches
+    parts, got = [], 0
+    for f in list_stream_files(stream):
+        if got >= want:
+            break
+        t = pq.read_table(f)
+        parts.append(t.slice(0, want - got))
+        got += parts[-1].num_rows
+    table = pa.concat_tables(parts) if parts else None
+    dst = Path(out)
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    if table is None or table.num_rows <= head:
+        raise ValueError(f"stream {stream} has no rows after its first {head}")
+    pq.write_table(table.slice(0, head), dst / "part-00000.parquet")
+    n = 0
+    for start in range(head, table.num_rows, batch_rows):
+        n += 1
+        pq.write_table(table.slice(start, batch_rows), dst / f"part-{n:05d}.parquet")
+    return n
+
+
+def batch_latency(isrflow: str, stream: str, tables: str, sink: str | None = None) -> dict:
+    """The Spark engine over `stream` one file per micro-batch (`replay --max-files-per-trigger 1
+    --progress`): each batch's latency is the time between its progress line and the previous one
+    (trigger, source, stateful operator, every table's commit), taken as the lines arrive. Batch 0
+    (the set-up file) and the final no-data batch that fires the remaining timers are reported apart."""
+    argv = [isrflow, "replay", stream, "--tables", tables, "--engine", "spark", "--max-files-per-trigger", "1",
+            "--progress"] + (["--sink", sink] if sink else [])
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stamps: list[tuple[int, float]] = []      # (input rows, when its progress line came) per batch
+    tail: list[str] = []
+    for line in proc.stderr:
+        if line.startswith("batch ") and " rows (" in line:     # "batch N: 1,000 rows (...)"
+            stamps.append((int(line.split(": ", 1)[1].split()[0].replace(",", "")), time.perf_counter()))
+        tail = (tail + [line.rstrip()])[-5:]
+    out = proc.stdout.read()
+    rc = proc.wait()
+    res = {"returncode": rc, "wall_s": round(time.perf_counter() - t0, 3), "sink": sink or "default"}
+    lat = [(rows, b - a) for (_, a), (rows, b) in zip(stamps, stamps[1:])]
+    small = sorted(s for rows, s in lat if rows > 0)     # the small files' batches (no-data ones: timers)
+    if rc != 0 or not small:
+        res["error"] = tail[-3:] or out.strip().splitlines()[-3:]
+        return res
+    res.update(setup_batch_s=round(stamps[0][1] - t0, 2), batches=len(small),
+               median_s=round(small[len(small) // 2], 3), max_s=round(small[-1], 3),
+               timer_only_batches=[round(s, 3) for rows, s in lat if rows == 0])
+    return res
+
+
 def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, engines=("local", "spark"),
           out_json: str | None = "bench.json", work: str | None = None, log=print) -> dict:
     isrflow = str(Path(sys.executable).parent / "isrflow")
@@ -265,7 +329,7 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
             pub["records_per_s"] = round(sim["rows"] / pub["wall_s"])
             log(f"[bench]   kafka publish: {pub['records_per_s']:,} records/s")
         entry["kafka_publish"] = pub
-    for eng in engines:
+    for eng in [e for e in engines if e != "spark-batches"]:
         tables = base / f"tables-{n}-{eng}"
         shutil.rmtree(tables, ignore_errors=True)
         r = run_measured(_replay_argv(isrflow, eng, stream, tables, kafka, topic))
@@ -281,6 +345,22 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
             log(f"[bench]   {eng}: failed: {r.get('error')}")
         entry[eng] = r
         shutil.rmtree(tables, ignore_errors=True)
+    if "spark-batches" in engines:
+        small = str(base / f"stream-{n}-small")
+        brokers = max(6, min(60, n // 50))
+        head = min(sim["rows"] - 1, n + 2 * brokers + 1 + BATCH_ROWS)   # make_stream's set-up rows, and some
+        entry["spark_batches"] = {"batch_rows": BATCH_ROWS,
+                                  "files": split_small_batches(stream, small, head, BATCH_ROWS, BATCHES)}
+        for sink in ("delta-rs", "delta-spark"):
+            tables = base / f"tables-{n}-batches-{sink}"
+            shutil.rmtree(tables, ignore_errors=True)
+            r = batch_latency(isrflow, small, str(tables), sink)
+            entry["spark_batches"][sink] = r
+            log(f"[bench]   spark, {BATCH_ROWS:,}-row batches, {sink}: " + (
+                f"median {r['median_s']} s, max {r['max_s']} s per batch" if "median_s" in r else
+                f"failed: {r.get('error')}"))
+            shutil.rmtree(tables, ignore_errors=True)
+        shutil.rmtree(small, ignore_errors=True)
     for a, b in (("spark", "local"), ("kafka", "spark"), ("local2", "local"), ("spark", "local2")):
         if entry.get(a, {}).get("events_per_s") and entry.get(b, {}).get("events_per_s"):
             entry[f"{a}_over_{b}"] = round(entry[a]["events_per_s"] / entry[b]["events_per_s"], 2)
@@ -291,7 +371,8 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
 
 def format_table(results: dict) -> str:
     hdr = ["partitions", "rows", "core ev/s", "local ev/s", "local2 ev/s", "spark ev/s", "spark/local", "kafka ev/s",
-           "kafka/spark", "local RSS MB", "spark RSS MB", "state B/part", "RT factor (spark)", "bench RSS MB"]
+           "kafka/spark", "local RSS MB", "spark RSS MB", "state B/part", "RT factor (spark)",
+           "spark 1k-row batch s (delta-rs / delta-spark)", "bench RSS MB"]
     lines = [" | ".join(hdr)]
     for e in results["runs"]:
         loc, spk, core = e.get("local", {}), e.get("spark", {}), e.get("core", {})
@@ -300,7 +381,7 @@ def format_table(results: dict) -> str:
             e.get("local2", {}).get("events_per_s", "-"), spk.get("events_per_s", "-"), e.get("spark_over_local", "-"),
             e.get("kafka", {}).get("events_per_s", "-"), e.get("kafka_over_spark", "-"), loc.get("peak_rss_mb", "-"),
             spk.get("peak_rss_mb", "-"), core.get("state_bytes_per_partition", "-"),
-            spk.get("real_time_factor", "-"), e.get("bench_peak_rss_mb", "-")]))
+            spk.get("real_time_factor", "-"), _batch_cell(e.get("spark_batches")), e.get("bench_peak_rss_mb", "-")]))
     imp = results.get("import")
     if imp:
         lines.append(f"import: {imp['records']:,} records, decode {imp['decode_records_per_s']:,} rec/s, whole import "
@@ -313,6 +394,12 @@ def format_table(results: dict) -> str:
     m = results["machine"]
     lines.append(f"machine: {m['cpus']} cpus, {m['mem_gb']} GiB, Python {m['python']}, {m['platform']}")
     return "\n".join(lines)
+
+
+def _batch_cell(sb: dict | None) -> str:
+    if not sb:
+        return "-"
+    return " / ".join(str(sb.get(k, {}).get("median_s", "-")) for k in ("delta-rs", "delta-spark"))
 
 
 def _self_peak_rss_mb() -> float:

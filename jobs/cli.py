@@ -319,7 +319,8 @@ def _analysis_parsers(sub) -> None:
     p.add_argument("--engines", default="local,spark",
                    help="comma-separated: local, local2 (the local engine with --workers 2), spark, kafka (the "
                         "Spark engine reading a topic of a one-broker Kafka 4.4.0 on loopback, after `isrflow "
-                        "publish`), import (metadata-log import + audit)")
+                        "publish`), spark-batches (the Spark engine's latency per 1,000-row micro-batch, one file per "
+                        "batch after the set-up rows, with each sink), import (metadata-log import + audit)")
     p.add_argument("--out", default="bench.json", help="results as JSON")
     p.add_argument("--work", default=None, help="keep streams and tables here")
     p.set_defaults(fn=cmd_bench)
