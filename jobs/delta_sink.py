@@ -15,14 +15,18 @@ written last, so its row for batch N means every table has batch N.
 Single writer per (tables_dir, app_id) is assumed.
 
 ``partition_state`` holds one row per (topic, partition); the sink keeps the
-full latest state in memory (loaded from the table on start), upserts each
-batch's changed partitions and overwrites the table, with the same guard.
+full latest state in memory as one Arrow table in key order (loaded from the
+table on start) with each key's row position, upserts each batch's changed
+partitions into it (a `take` when every key is known, a sort when some are
+new) and overwrites the table, with the same guard. A batch thus converts
+only its own rows, not the whole state, from Python to Arrow.
 """
 
 import os
 from pathlib import Path
 from typing import Optional, Union
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pds
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
@@ -122,11 +126,12 @@ class DeltaSink:
         self._dts: dict[str, DeltaTable] = {}
         for name in TABLES:
             self._dts[name] = self._open_or_create(name)
-        self._state: dict[tuple, dict] = {}
+        self._state = arrow_schema("partition_state").empty_table()   # key order
+        self._pos: dict[tuple, int] = {}                                 # key -> row in _state
         if not load_state:      # only create / check the tables (the native Spark sink MERGEs the state)
             return
-        for row in _to_arrow_table(self._dts["partition_state"]).to_pylist():
-            self._state[(row["topic"], row["partition"])] = row
+        have = _to_arrow_table(self._dts["partition_state"])
+        self._state, self._pos = _keyed(have.select(self._state.schema.names).cast(self._state.schema))
 
     # -- tables ------------------------------------------------------------
     def table_path(self, name: str) -> str:
@@ -192,7 +197,7 @@ class DeltaSink:
         self,
         batch_id: int,
         rows_by_table: dict[str, Rows],
-        partition_state: Optional[list[dict]] = None,
+        partition_state: Optional[Rows] = None,
     ) -> dict[str, int]:
         """Append each table's rows of micro-batch `batch_id` exactly once and
         upsert `partition_state` rows (by topic, partition).
@@ -227,22 +232,55 @@ class DeltaSink:
             written[name] = n
         return written
 
-    def _commit_state(self, batch_id: int, rows: list[dict]) -> int:
-        for r in rows:
-            self._state[(r["topic"], r["partition"])] = r
-        if not rows or self._done("partition_state", batch_id):
+    def _commit_state(self, batch_id: int, rows: Rows) -> int:
+        new = self._to_arrow("partition_state", rows)
+        if new.num_rows:
+            self._state, self._pos = _upsert(self._state, self._pos, new)
+        if not new.num_rows or self._done("partition_state", batch_id):
             return 0
-        ordered = [self._state[k] for k in sorted(self._state)]
-        self._write("partition_state", self._to_arrow("partition_state", ordered), batch_id, "overwrite")
-        return len(ordered)
+        self._write("partition_state", self._state, batch_id, "overwrite")
+        return self._state.num_rows
 
     @property
     def partition_state(self) -> dict[tuple, dict]:
         """Latest partition_state row per (topic, partition), as committed."""
-        return self._state
+        return {(r["topic"], r["partition"]): r for r in self._state.to_pylist()}
 
     def table(self, name: str) -> DeltaTable:
         return self._dts[name]
+
+
+def _keys(t: pa.Table) -> list[tuple]:
+    return list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist()))
+
+
+def _keyed(t: pa.Table) -> tuple[pa.Table, dict[tuple, int]]:
+    """t in key order (Arrow orders strings by UTF-8 bytes, which is Python's code point order),
+    with each key's row."""
+    t = t.sort_by([("topic", "ascending"), ("partition", "ascending")])
+    return t, {k: i for i, k in enumerate(_keys(t))}
+
+
+def _upsert(state: pa.Table, pos: dict[tuple, int], new: pa.Table) -> tuple[pa.Table, dict[tuple, int]]:
+    """state with new's rows replacing those of the same key (the last one of a key in new wins)
+    and the new keys added, in key order."""
+    keys = _keys(new)
+    n = state.num_rows
+    both = pa.concat_tables([state, new])
+    if all(k in pos for k in keys):
+        idx = np.arange(n, dtype=np.int64)
+        for j, k in enumerate(keys):
+            idx[pos[k]] = n + j
+        return both.take(pa.array(idx)), pos
+    keep = np.ones(n + len(keys), dtype=bool)
+    last: dict[tuple, int] = {}
+    for j, k in enumerate(keys):
+        if k in pos:
+            keep[pos[k]] = False
+        if k in last:
+            keep[n + last[k]] = False
+        last[k] = j
+    return _keyed(both.filter(pa.array(keep)))
 
 
 # -- reading -----------------------------------------------------------------

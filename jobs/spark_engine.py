@@ -317,7 +317,7 @@ class BatchWriter:
             keys = [(k, "ascending") for k in SORT_KEYS if k in t.column_names]
             tables[name] = t.sort_by(keys) if keys else t
         state = tables.pop("partition_state", None)
-        state_rows = state.to_pylist() if state is not None else []
+        state_rows = state if state is not None else []      # upserted as Arrow (DeltaSink._commit_state)
         tables["progress"] = [self._progress_row(batch_id, st)]
         _kill_hook(batch_id, "before")
         if os.environ.get("ISRFLOW_TEST_KILL", "").endswith(":mid"):
