@@ -301,7 +301,9 @@ class BatchWriter:
                           f"{tot['input_rows'] / max(el, 1e-9):,.0f} events/s")
 
     def _collect_and_commit(self, df, batch_id: int) -> dict:
+        trace = _tracer(batch_id)
         rows = df.collect()                      # the one action on the batch DataFrame
+        trace("operator + collect")
         per: dict[str, list] = defaultdict(list)
         stats = []
         for r in rows:
@@ -326,6 +328,7 @@ class BatchWriter:
             self.sink.commit(batch_id, {k: first[k] for k in names})
             _kill_hook(batch_id, "mid")
         self.sink.commit(batch_id, tables, state_rows)
+        trace("delta-rs commits")
         _kill_hook(batch_id, "after")
         return st
 
@@ -469,7 +472,7 @@ class SparkDeltaSink:
 
 
 def _tracer(batch_id: int):
-    """ISRFLOW_SINK_TRACE=1: the native sink's step times on stderr."""
+    """ISRFLOW_SINK_TRACE=1: a micro-batch's step times on stderr (either sink)."""
     if not os.environ.get("ISRFLOW_SINK_TRACE"):
         return lambda step: None
     t0 = time.perf_counter()
