@@ -83,6 +83,7 @@ class Cluster:
         # a row, a broker change or a due timer reaches it (`part`), so a micro-batch costs what it
         # touches, not the bucket's size. The in-process engine never has any.
         self.cold: dict[tuple, tuple] = {}
+        self.thaw_fn = None
         self.by_broker: dict[int, set] = defaultdict(set)
         self.by_topic: dict[str, set] = defaultdict(set)
         self.reg_log: list[RegLogEntry] = []        # broker registration changes (explicit metadata delivery)
@@ -128,8 +129,9 @@ class Cluster:
         return key in self.partitions or key in self.cold
 
     def _thaw(self, key: tuple) -> Partition:
-        from .codec import thaw     # codec builds Clusters: imported here, not at the top
-        return thaw(self, key)
+        # the decoder that made the cold entries (protocol.codec sits above the router and hands
+        # its `thaw` in when it decodes a cluster; a cluster never decoded has no cold entries)
+        return self.thaw_fn(self, key)
 
     def all_partitions(self) -> list[Partition]:
         """Every partition, in key order (the cold ones decoded)."""
@@ -241,6 +243,11 @@ class Cluster:
 
     def drain(self) -> dict[str, list[dict]]:
         return self.out.drain()
+
+    @staticmethod
+    def partition_due(p: Partition) -> int | None:
+        """The earliest time a timer of p is due (None: none pending)."""
+        return _next_due(p, 1 << 62)
 
     def next_due(self) -> int | None:
         """The earliest time a timer is due on any partition here (None: none pending)."""

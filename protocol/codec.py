@@ -29,12 +29,10 @@ from .messages import (AlterPartitionRequest, AlterPartitionResponse, BrokerReg,
 from .partition import Partition
 from .registry import Broker
 from .replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
-from .timers import next_due
 
 MAGIC = b"IF"
 VERSION = 3   # 2: broker session state (broker.session.timeout.ms); 3: partitions encoded one by one
 READS = (2, 3)
-_FAR = 1 << 62
 
 
 class CodecError(ValueError):
@@ -179,7 +177,7 @@ def encode_cluster(cl: Cluster) -> bytes:
     """Version 3: the decoded partitions encoded now, the cold ones as they came."""
     parts = dict(cl.cold)
     for key, p in cl.partitions.items():
-        parts[key] = (next_due(p, _FAR), tuple(sorted(p.indexed)), _pack(partition_out(p)))
+        parts[key] = (cl.partition_due(p), tuple(sorted(p.indexed)), _pack(partition_out(p)))
     body = (_pack(cluster_out(cl, with_partitions=False)), {k: parts[k] for k in sorted(parts)})
     return MAGIC + bytes([VERSION]) + pickle.dumps(body, protocol=4)
 
@@ -192,6 +190,7 @@ def decode_cluster(blob: bytes, config: EngineConfig, emit_global: bool = True, 
     head, parts = pickle.loads(body)
     cl = cluster_in(config, _unpack(head), emit_global=emit_global, owns=owns)
     cl.cold = parts
+    cl.thaw_fn = thaw
     by_topic, by_broker = cl.by_topic, cl.by_broker
     for key, (_, hosts, _) in parts.items():
         by_topic[key[0]].add(key)
