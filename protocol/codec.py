@@ -148,8 +148,12 @@ def _pack(obj) -> bytes:
     return zlib.compress(pickle.dumps(obj, protocol=4), 1)
 
 
-def _unpack(b: bytes):
-    return pickle.loads(zlib.decompress(b))
+def _unpack(b: bytes, zipped: bool = True):
+    """A pickled (zipped) value; a truncated or damaged one is a CodecError, not a crash deep in pickle."""
+    try:
+        return pickle.loads(zlib.decompress(b) if zipped else b)
+    except (EOFError, pickle.UnpicklingError, zlib.error, ValueError, TypeError, IndexError) as e:
+        raise CodecError(f"truncated or corrupt isrflow state blob ({type(e).__name__}: {e})") from None
 
 
 def encode(obj, level: int = 1) -> bytes:
@@ -170,7 +174,7 @@ def _frame(blob: bytes) -> tuple[int, bytes]:
 def decode(blob: bytes):
     """The value in a blob of either version (version 3: (cluster, partitions) as stored)."""
     v, body = _frame(blob)
-    return pickle.loads(body) if v == 3 else _unpack(body)
+    return _unpack(body, zipped=v == 2)
 
 
 def encode_cluster(cl: Cluster) -> bytes:
@@ -187,7 +191,7 @@ def decode_cluster(blob: bytes, config: EngineConfig, emit_global: bool = True, 
     v, body = _frame(blob)
     if v == 2:
         return cluster_in(config, _unpack(body), emit_global=emit_global, owns=owns)
-    head, parts = pickle.loads(body)
+    head, parts = _unpack(body, zipped=False)
     cl = cluster_in(config, _unpack(head), emit_global=emit_global, owns=owns)
     cl.cold = parts
     cl.thaw_fn = thaw

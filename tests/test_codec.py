@@ -142,3 +142,15 @@ def test_version_2_blobs_of_whole_clusters_are_still_read():
     assert again.cold == {} and sorted(again.partitions) == sorted(cl.partitions)
     assert again.partition_state_rows() == cl.partition_state_rows()
     assert decode_cluster(encode_cluster(again), cfg).partition_state_rows() == cl.partition_state_rows()
+
+
+def test_a_truncated_or_damaged_blob_is_a_codec_error():
+    from protocol.codec import cluster_out
+    cl, _ = _cluster_of(3)
+    cfg = EngineConfig({"min.insync.replicas": "2"})
+    for blob in (encode_cluster(cl), encode(cluster_out(cl))):      # version 3, version 2
+        for bad in (blob[:3], blob[:len(blob) // 2], blob[:3] + bytes(reversed(blob[3:]))):
+            with pytest.raises(CodecError, match="truncated or corrupt"):
+                decode_cluster(bad, cfg)
+            with pytest.raises(CodecError, match="truncated or corrupt"):
+                decode(bad)
