@@ -114,8 +114,7 @@ class Cluster:
         p.indexed = now
 
     def hosted(self, b: int) -> list[Partition]:
-        parts = self.partitions
-        return [parts.get(k) or self._thaw(k) for k in sorted(self.by_broker.get(b, ()))]
+        return [self.part(k) for k in sorted(self.by_broker.get(b, ()))]
 
     # ------------------------------------------------------------------ cold partitions
     def part(self, key: tuple) -> Partition | None:
@@ -252,9 +251,8 @@ class Cluster:
     def next_due(self) -> int | None:
         """The earliest time a timer is due on any partition here (None: none pending)."""
         best = None
-        far = 1 << 62
         for p in self.partitions.values():
-            t = _next_due(p, far)
+            t = self.partition_due(p)
             if t is not None and (best is None or t < best):
                 best = t
         for t, _, _ in self.cold.values():
