@@ -733,7 +733,9 @@ def validate(row: dict) -> tuple[Optional[dict], Optional[str]]:
     """Hot-path validation of one raw row.
 
     Returns (normalized event dict, None) — keys exactly EVENT_COLUMNS — or
-    (None, human-readable reason)."""
+    (None, human-readable reason). A ValidEvent (a row `plain_rows` accepted) is only padded."""
+    if type(row) is ValidEvent:
+        return _PAD | row, None        # an exact dict in EVENT_COLUMNS order, as _validate makes
     seq = row.get("seq")
     if type(seq) is not int or seq < _SEQ_LO or seq > _SEQ_HI:
         t = row.get("type")
@@ -750,6 +752,125 @@ def validate(row: dict) -> tuple[Optional[dict], Optional[str]]:
             return None, f"row seq {seq}: missing required column 'type'"
         return None, f"row seq {seq}: unknown event type {_short(t)} (expected one of {_TYPES_TEXT})"
     return fn(row, seq)
+
+
+# --------------------------------------------------------------------------
+# Columnar fast path: the rows of an Arrow batch that validate() passes through unchanged
+# --------------------------------------------------------------------------
+# Most rows of a stream are plain: a type without list or map columns, defaults or a cross-column
+# rule (Fetch, Produce, ...), every one of its columns in range, every other column null. For such
+# a row the compiled validator only copies the row into a fresh dict. `plain_rows` finds them for a
+# whole Arrow batch at once, from the same models (so it cannot drift from validate), and the
+# stream reader hands them over as ValidEvent dicts, which validate() returns as they are. Every
+# other row, and every batch whose layout is not the canonical one, takes the row path; a doubt is
+# always settled that way, since the row path is exact for every row.
+
+class ValidEvent(dict):
+    """A raw row `plain_rows` accepted, as the reader made it (its batch's columns: the same keys,
+    order and JSON as the row path's dict). validate() only pads it with the other columns."""
+
+    __slots__ = ()
+
+
+_PAD = dict.fromkeys(EVENT_COLUMNS)
+
+
+def _plain_columns(model: type[EventBase]) -> Optional[dict[str, tuple["_Spec", bool]]]:
+    """{column: (spec, required)} of a type whose valid rows validate() passes through unchanged,
+    or None (a cross-column rule, a list or map column, or a default to fill in)."""
+    if model.cross_check.__func__ is not EventBase.cross_check.__func__:
+        return None
+    out = {}
+    for col, fi in model.model_fields.items():
+        if col in ("seq", "type"):
+            continue
+        spec = _Spec(field_annotation(fi))
+        required = fi.is_required()
+        if spec.kind not in ("int", "str", "bool", "lit"):
+            return None
+        if not required and (fi.default is not None or fi.default_factory is not None):
+            return None
+        out[col] = (spec, required)
+    return out
+
+
+PLAIN_TYPES: dict[str, dict[str, tuple["_Spec", bool]]] = {
+    name: cols for name, m in EVENT_MODELS.items() if (cols := _plain_columns(m)) is not None}
+
+
+def _fits(spec: "_Spec", t: pa.DataType) -> bool:
+    """An Arrow column of type t gives Python values of the spec's kind (unsigned, float, bool for
+    an integer... are left to the row path, which names the wrong type)."""
+    if spec.kind == "int":
+        return pa.types.is_signed_integer(t)
+    if spec.kind in ("str", "lit"):
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    return pa.types.is_boolean(t)
+
+
+def _in_range(spec: "_Spec", a):
+    """Where a holds a value, whether it passes spec's checks (null where a is null)."""
+    import pyarrow.compute as pc
+    if spec.kind == "int":
+        return pc.and_(pc.greater_equal(a, spec.lo), pc.less_equal(a, spec.hi))
+    if spec.kind == "lit":
+        return pc.if_else(pc.is_valid(a), pc.is_in(a, value_set=pa.array(list(spec.choices), a.type)), None)
+    if spec.kind == "str" and spec.min_len:
+        # validate counts code points (len); text checks need nothing: a string Arrow decoded to
+        # Python is valid UTF-8, so it holds no lone surrogate
+        return pc.greater_equal(pc.utf8_length(a), spec.min_len)
+    return pc.is_valid(a)
+
+
+def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
+    """Per row of `batch` (raw input columns, before any conversion): whether it is plain, i.e.
+    validate(row) gives the row's own values, every other column None. None: the batch's layout
+    is not one this check reads (no seq or type column, a repeated name); every row then takes
+    the row path."""
+    import pyarrow.compute as pc
+    names = batch.schema.names
+    if len(set(names)) != len(names) or "seq" not in names or "type" not in names:
+        return None
+    n = batch.num_rows
+    cols = {c: batch.column(i) for i, c in enumerate(names)}
+    seq, typ = cols["seq"], cols["type"]
+    if not pa.types.is_signed_integer(seq.type) or not (pa.types.is_string(typ.type)
+                                                       or pa.types.is_large_string(typ.type)):
+        return None
+    seq_ok = pc.fill_null(pc.and_(pc.greater_equal(seq, _SEQ_LO), pc.less_equal(seq, _SEQ_HI)), False)
+    used = [c for c in names if c not in ("seq", "type") and cols[c].null_count < n]
+    nulls = {c: pc.is_null(cols[c]) for c in used}
+    ranged: dict[tuple, Any] = {}
+    present = set(pc.unique(typ).to_pylist())
+    mask = None
+    for tname, spec_of in PLAIN_TYPES.items():
+        if tname not in present:
+            continue
+        if any(req and c not in used for c, (_, req) in spec_of.items()):
+            continue         # a required column null throughout: no row of this type is plain
+        m = pc.fill_null(pc.equal(typ, tname), False)
+        for c in used:
+            sr = spec_of.get(c)
+            if sr is None:                       # not this type's column (or not an event column)
+                m = pc.and_(m, nulls[c])
+                continue
+            spec, required = sr
+            if not _fits(spec, cols[c].type):
+                if required:                     # no value of it can pass
+                    m = None
+                    break
+                m = pc.and_(m, nulls[c])         # only its null rows can be plain
+                continue
+            key = (c, spec.kind, spec.lo, spec.hi, spec.min_len, spec.choices)
+            if key not in ranged:
+                ranged[key] = pc.fill_null(_in_range(spec, cols[c]), False)
+            ok = ranged[key] if required else pc.or_(nulls[c], ranged[key])
+            m = pc.and_(m, ok)
+        if m is not None:
+            mask = m if mask is None else pc.or_(mask, m)
+    if mask is None:
+        return [False] * n
+    return pc.and_(mask, seq_ok).to_pylist()
 
 
 def validate_table(table: pa.Table) -> tuple[list[dict], list[tuple[dict, str]]]:

@@ -1,0 +1,172 @@
+"""The columnar fast path of validation (schemas.events.plain_rows, read by jobs.streamio): a row
+the batch check accepts must come out of validate() exactly as the row path makes it (the same
+event dict, key order included, or the same reason), and the raw dict must be the row path's
+(rejected.raw). Random Arrow batches, written to Parquet and read both ways."""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jobs.streamio as sio
+from jobs.streamio import iter_file_rows, row_to_json
+from schemas import events as E
+
+INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint32(), pa.uint64()]
+INT_POOL = [-(2**63), -(2**31) - 1, -(2**31), -2, -1, 0, 1, 2, 5, 2**30 - 1, 2**30, 2**31 - 1, 2**31,
+            2**62 - 1, 2**62, 2**63 - 1, 2**64 - 1]
+STR_POOL = ["", "t", "orders", "x", "\u00fcn\u00ef", "LATEST", "EARLIEST", "READ_COMMITTED",
+            "READ_UNCOMMITTED", "Fetch"]
+TYPES = list(E.EVENT_TYPES) + ["Bogus"]
+
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    bits = t.bit_width
+    if pa.types.is_unsigned_integer(t):
+        return 0, 2**bits - 1
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+
+@st.composite
+def column_type(draw, col: str) -> pa.DataType:
+    """The column's canonical Arrow type most of the time, else another one."""
+    canon = E.EVENT_ARROW_SCHEMA.field(col).type
+    if col == "type" or not (pa.types.is_integer(canon) or pa.types.is_string(canon) or pa.types.is_boolean(canon)):
+        return canon
+    if draw(st.integers(0, 9)) < 7:
+        return canon
+    return draw(st.sampled_from(INT_TYPES + [pa.float64(), pa.bool_(), pa.string(), pa.large_string()]))
+
+
+def value_of(t: pa.DataType, col: str):
+    if pa.types.is_integer(t):
+        lo, hi = _int_range(t)
+        return st.sampled_from([v for v in INT_POOL if lo <= v <= hi])
+    if pa.types.is_floating(t):
+        return st.sampled_from([0.0, 1.0, 2.5])
+    if pa.types.is_boolean(t):
+        return st.booleans()
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return st.sampled_from(TYPES if col == "type" else STR_POOL)
+    if pa.types.is_list(t):
+        return st.lists(st.integers(0, 4), max_size=3)
+    if col == "config":
+        return st.lists(st.tuples(st.sampled_from(["min.insync.replicas", "a"]), st.sampled_from(["1", "x"])),
+                        max_size=2)
+    return st.lists(st.tuples(st.integers(0, 4), st.integers(0, 12)), max_size=2)   # epoch_start_offsets
+
+
+@st.composite
+def batches(draw):
+    """(schema, rows): a few rows of random types; each row fills its type's columns most of the
+    time (often in range), other columns rarely; random column order, now and then an extra column."""
+    cols = [c for c in E.EVENT_COLUMNS if c in ("seq", "ts_ms", "type") or draw(st.integers(0, 9)) < 8]
+    cols = draw(st.permutations(cols))
+    types = {c: draw(column_type(c)) for c in cols}
+    extra = draw(st.booleans())
+    n = draw(st.integers(1, 12))
+    rows = []
+    for i in range(n):
+        t = draw(st.sampled_from(TYPES))
+        own = set(E.EVENT_MODELS[t].model_fields) if t in E.EVENT_MODELS else set()
+        row = {}
+        for c in cols:
+            if c == "type":
+                row[c] = t if draw(st.integers(0, 19)) else None
+            elif c == "seq" and pa.types.is_integer(types[c]):
+                row[c] = i + 1 if draw(st.integers(0, 9)) else draw(value_of(types[c], c))
+            elif draw(st.integers(0, 9)) < (9 if c in own else 1):
+                if pa.types.is_integer(types[c]) and draw(st.integers(0, 9)) < 7:
+                    lo, hi = _int_range(types[c])
+                    row[c] = min(max(draw(st.integers(0, 6)), lo), hi)      # usually in range
+                elif c == "topic" and pa.types.is_string(types[c]) and draw(st.booleans()):
+                    row[c] = "t"
+                else:
+                    row[c] = draw(value_of(types[c], c))
+            else:
+                row[c] = None
+        if extra:
+            row["unknown_extra"] = draw(st.sampled_from([None, None, 1]))
+        rows.append(row)
+    fields = [pa.field(c, types[c]) for c in cols] + ([pa.field("unknown_extra", pa.int64())] if extra else [])
+    return pa.schema(fields), rows
+
+
+def _read_both(path, monkeypatch):
+    fast = list(iter_file_rows(path))
+    monkeypatch.setattr(sio, "PLAIN_ROWS", False)
+    slow = list(iter_file_rows(path))
+    monkeypatch.setattr(sio, "PLAIN_ROWS", True)
+    return fast, slow
+
+
+def _canonical(schema: pa.Schema, row: dict) -> bool:
+    """Every non-null value of the row is in a column of the type's own, with its canonical type."""
+    own = set(E.EVENT_MODELS[row["type"]].model_fields)
+    return all(v is None or (c in own and schema.field(c).type == E.EVENT_ARROW_SCHEMA.field(c).type)
+               for c, v in row.items())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(batches())
+def test_plain_rows_agree_with_the_row_path(tmp_path_factory, monkeypatch, case):
+    schema, rows = case
+    path = tmp_path_factory.mktemp("plain") / "part-00000.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    fast, slow = _read_both(path, monkeypatch)
+    assert len(fast) == len(slow) == len(rows)
+    for (a, _, ea), (b, _, eb), row in zip(fast, slow, rows):
+        assert ea is None and eb is None and type(b) is dict
+        # the raw row: same keys, order and values (rejected.raw's JSON), ValidEvent or not
+        assert dict(a) == b and list(a) == list(b)
+        assert row_to_json(a) == row_to_json(b)
+        ev_a, why_a = E.validate(a)
+        ev_b, why_b = E.validate(b)
+        assert why_a == why_b, row
+        assert ev_a == ev_b
+        if ev_a is not None:
+            assert type(ev_a) is dict and list(ev_a) == list(E.EVENT_COLUMNS)
+        if type(a) is E.ValidEvent:
+            assert ev_b is not None and row["type"] in E.PLAIN_TYPES
+        elif ev_b is not None and row["type"] in E.PLAIN_TYPES and _canonical(schema, row) \
+                and schema.field("seq").type == pa.int64():
+            pytest.fail(f"a plain row took the row path: {row}")
+
+
+def test_a_canonical_stream_is_read_plain(tmp_path, monkeypatch):
+    """The common case is taken: valid data-plane rows of the canonical schema are ValidEvents, the
+    rows with list or map columns and the invalid ones are not, and validate gives the same."""
+    rows = []
+    for i in range(1, 201):
+        r = dict.fromkeys(E.EVENT_COLUMNS)
+        r.update(seq=i, ts_ms=i, topic="t", partition=i % 3, broker=i % 4)
+        if i % 10 == 0:
+            r.update(type="CreatePartition", replicas=[0, 1, 2], broker=None)
+        elif i % 10 == 1:
+            r.update(type="Fetch", fetch_offset=-1)                      # out of range: rejected
+        elif i % 2:
+            r.update(type="Produce", records=1, acks=-1)
+        else:
+            r.update(type="Fetch", target=0)
+        rows.append(r)
+    path = tmp_path / "part-00000.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=E.EVENT_ARROW_SCHEMA), path)
+    fast, slow = _read_both(path, monkeypatch)
+    kinds = [type(a) is E.ValidEvent for a, _, _ in fast]
+    assert kinds == [r["type"] in ("Fetch", "Produce") and r["fetch_offset"] is None for r in rows]
+    assert sum(kinds) == 160
+    for (a, _, _), (b, _, _) in zip(fast, slow):
+        assert E.validate(a) == E.validate(b)
+
+
+def test_a_batch_the_check_cannot_read_takes_the_row_path():
+    # no type column, a repeated name, seq not an integer column: None (every row by the row path)
+    t = pa.table({"seq": [1], "ts_ms": [1]})
+    assert E.plain_rows(t.to_batches()[0]) is None
+    b = pa.RecordBatch.from_arrays([pa.array([1]), pa.array(["Fetch"]), pa.array([2])], ["seq", "type", "seq"])
+    assert E.plain_rows(b) is None
+    b = pa.RecordBatch.from_arrays([pa.array(["1"]), pa.array(["Fetch"])], ["seq", "type"])
+    assert E.plain_rows(b) is None
