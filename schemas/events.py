@@ -825,8 +825,8 @@ def _in_range(spec: "_Spec", a):
 def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
     """Per row of `batch` (raw input columns, before any conversion): whether it is plain, i.e.
     validate(row) gives the row's own values, every other column None. None: the batch's layout
-    is not one this check reads (no seq or type column, a repeated name); every row then takes
-    the row path."""
+    is not one this check reads (no seq or type column, a repeated name, a column that is not an
+    event column holding a value); every row then takes the row path."""
     import pyarrow.compute as pc
     names = batch.schema.names
     if len(set(names)) != len(names) or "seq" not in names or "type" not in names:
@@ -839,6 +839,8 @@ def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
         return None
     seq_ok = pc.fill_null(pc.and_(pc.greater_equal(seq, _SEQ_LO), pc.less_equal(seq, _SEQ_HI)), False)
     used = [c for c in names if c not in ("seq", "type") and cols[c].null_count < n]
+    if any(c not in _PAD for c in used):
+        return None          # the reader's dicts would hold that column's key: not validate's keys
     nulls = {c: pc.is_null(cols[c]) for c in used}
     ranged: dict[tuple, Any] = {}
     present = set(pc.unique(typ).to_pylist())
