@@ -6,6 +6,7 @@ files are ignored, sub-directories are not read.
 """
 
 import json
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -263,12 +264,8 @@ def _iter_parquet(f: Path, batch_rows: int) -> Iterator[RawRow]:
         conv = [_column(batch.column(i)) for i in keep]
         cols = [c for c, _ in conv]
         plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
-        if plain is None or True not in plain:
-            for vals in zip(*cols):
-                yield dict(zip(names, vals)), None, None
-            continue
-        # the plain rows as ValidEvents: validate returns them as they are
-        for ok, vals in zip(plain, zip(*cols)):
+        # the plain rows as ValidEvents (validate only pads them), every other row as a dict
+        for ok, vals in zip(plain or repeat(False), zip(*cols)):
             yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
 
 

@@ -761,9 +761,9 @@ def validate(row: dict) -> tuple[Optional[dict], Optional[str]]:
 # rule (Fetch, Produce, ...), every one of its columns in range, every other column null. For such
 # a row the compiled validator only copies the row into a fresh dict. `plain_rows` finds them for a
 # whole Arrow batch at once, from the same models (so it cannot drift from validate), and the
-# stream reader hands them over as ValidEvent dicts, which validate() returns as they are. Every
-# other row, and every batch whose layout is not the canonical one, takes the row path; a doubt is
-# always settled that way, since the row path is exact for every row.
+# stream reader hands them over as ValidEvent dicts, which validate() only pads. Every other row,
+# and every batch whose layout this check does not read, takes the row path; a doubt is always
+# settled that way, since the row path is exact for every row.
 
 class ValidEvent(dict):
     """A raw row `plain_rows` accepted, as the reader made it (its batch's columns: the same keys,
@@ -853,7 +853,7 @@ def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
         m = pc.fill_null(pc.equal(typ, tname), False)
         for c in used:
             sr = spec_of.get(c)
-            if sr is None:                       # not this type's column (or not an event column)
+            if sr is None:                       # not this type's column
                 m = pc.and_(m, nulls[c])
                 continue
             spec, required = sr
