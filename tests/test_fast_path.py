@@ -5,6 +5,8 @@
   replayed with the fast path and with it switched off: all tables equal, row for row.
 * `Partition.t_wake`: timers.advance skips the scan of the purgatories while the event time is
   below it, so it must never exceed the deadline of any parked produce -- checked after every event.
+* `broker.metadata_cache.apply_metadata` reindexes a partition for a new replica only when its
+  broker is not indexed yet: the broker index must still equal every partition's hosts.
 * `leader.maybe_increment_hw` stops as soon as the candidate HWM cannot pass the current one.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from protocol.config import EngineConfig
 from schemas.events import validate
 from tests.engine_util import run_events
 from tests.gen import random_schedule
+from tests.streams import S
 
 CONFIGS = [{}, {"delivery.alter_partition": "explicit", "delivery.metadata": "explicit"},
            {"unclean.leader.election.enable": "true", "eligible.leader.replicas.enable": "false",
@@ -61,6 +64,62 @@ def test_steady_fetch_on_simulated_streams(tmp_path, monkeypatch, kw):
     assert fast == slow
 
 
+def test_steady_fetch_never_serves_past_a_leader_that_lost_its_tail():
+    """The leader lost its log's tail in an unclean crash and, back with stale metadata, leads
+    again in the same leader epoch: a follower's latest epoch equals the leader's but its LEO is
+    past the leader's. Only the full path may answer (DIVERGING_EPOCH, truncation to the
+    leader's LEO); the fast path must refuse it by the LEO test alone."""
+    s = S()
+    s.up(1, 2, 3)
+    created = s.create([1, 2, 3])
+    for b in (1, 2, 3):
+        s.sync(b)
+    s.at(10).produce(1, 5)
+    for _ in range(2):
+        s.fetch(2)
+        s.fetch(3)
+    s.at(20).crash(1)
+    s.loss(1, 2)
+    s.at(20_000).restart(1, clean=False)     # after its old session ran out
+    s.unfence(1)
+    s.sync(1, up_to=created)                  # broker 1 sees itself leading epoch 0 again
+    s.at(20_010).fetch(2)                     # broker 2 still follows 1 in epoch 0, LEO 5
+    cfg = {"delivery.metadata": "explicit"}
+    fast = _tables(run_events(s.events, cfg))
+    with pytest.MonkeyPatch.context() as m:
+        _slow(m)
+        slow = _tables(run_events(s.events, cfg))
+    assert fast == slow
+    last = [r for r in slow["fetch"] if r["broker"] == 2][-1]
+    assert (last["result"], last["diverging_epoch"], last["diverging_end_offset"], last["truncated_to"]) == \
+        ("DIVERGING_EPOCH", 0, 2, 2)
+
+
+def test_steady_fetch_takes_followers_with_empty_logs(tmp_path):
+    """Early in a stream (here: 300 ms of a 300-partition cluster) most leaders have taken no
+    produce yet, so most fetches come from followers whose logs hold no epoch: the fast path
+    takes them (last fetched epoch -1, nothing for C3 to check), with the same tables."""
+    simulate(str(tmp_path / "s"), brokers=6, partitions=300, rf=3, duration_ms=300, seed=5)
+    evs = [raw for raw, _, err in iter_raw_rows(str(tmp_path / "s")) if err is None]
+    taken = []
+    real = fetch_mod.steady_request
+
+    def counting(p, ev, b, frep, brokers):
+        lrep = real(p, ev, b, frep, brokers)
+        if lrep is not None and not frep.log.cache:
+            taken.append(b)
+        return lrep
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fetch_mod, "steady_request", counting)
+        fast = _tables(run_events(evs))
+    with pytest.MonkeyPatch.context() as m:
+        _slow(m)
+        slow = _tables(run_events(evs))
+    assert fast == slow
+    fetches = sum(1 for e in evs if e["type"] == "Fetch")
+    assert len(taken) > fetches // 2, (len(taken), fetches)
+
+
 def _check_wake(cl: Cluster) -> None:
     for p in cl.partitions.values():
         for rep in p.reps.values():
@@ -78,3 +137,23 @@ def test_wake_bound_never_passes_a_parked_deadline(seed):
             _check_wake(cl)
     cl.finish()
     _check_wake(cl)
+
+
+def _check_index(cl: Cluster) -> None:
+    inverse: dict[int, set] = {}
+    for key, p in cl.partitions.items():
+        assert p.indexed == p.hosts(), (key, p.indexed, p.hosts())
+        for b in p.indexed:
+            inverse.setdefault(b, set()).add(key)
+    assert {b: ks for b, ks in cl.by_broker.items() if ks} == inverse
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_broker_index_is_every_partitions_hosts(seed):
+    """After every event (stale metadata snapshots included: explicit delivery, reassignments)."""
+    cl = Cluster(EngineConfig({"delivery.metadata": "explicit"} if seed % 2 else {}))
+    for raw in random_schedule(seed, 400, explicit_md=seed % 2 == 1):
+        ev, _ = validate(raw)
+        if ev is not None:
+            cl.apply(ev)
+            _check_index(cl)

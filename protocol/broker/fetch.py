@@ -26,8 +26,12 @@ def steady_request(p, ev: dict, b: int, frep, brokers):
     is frep's leader (fetch_request takes the rest from the model: offset = its LEO, last fetched
     epoch = its latest epoch, current leader epoch = its leader epoch; a matching target is no
     drift), frep follows a live leader other than b whose
-    replica leads in that leader epoch (C1 passes) and has b as a follower (C2), and both logs'
-    latest epochs agree with the follower not past the leader's LEO (C3: no divergence, in range)."""
+    replica leads in that leader epoch (C1 passes) and has b as a follower (C2), and the
+    follower is not past the leader's LEO (C3 in range; a LEO is never negative) with either
+    both logs' latest epochs equal (C3: no divergence) or no epoch in the follower's log at all
+    (last fetched epoch -1: C3 has no epoch to check). The last case is every fetch of a
+    follower whose leader has taken no produce yet, so most fetches early in a stream and, in a
+    large cluster, most fetches of a partition's first seconds."""
     if frep is None or frep.role != FOLLOWER:
         return None
     if (ev["fetch_offset"] is not None or ev["last_fetched_epoch"] is not None
@@ -46,8 +50,11 @@ def steady_request(p, ev: dict, b: int, frep, brokers):
     if b not in lrep.followers:
         return None
     fcache = frep.log.cache
-    lcache = lrep.log.cache
-    if not fcache or not lcache or fcache[-1][0] != lcache[-1][0] or frep.log.leo > lrep.log.leo:
+    if fcache:
+        lcache = lrep.log.cache
+        if not lcache or fcache[-1][0] != lcache[-1][0]:
+            return None
+    if frep.log.leo > lrep.log.leo:
         return None
     return lrep
 

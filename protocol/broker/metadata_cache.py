@@ -23,7 +23,8 @@ def apply_metadata(p, b: int, snap: RegistrationSnapshot, md_seq: int) -> None:
         return
     if rep is None:
         rep = p.reps[b] = Replica(b)
-        p.cl.reindex(p)
+        if b not in p.indexed:      # else p.hosts() is unchanged: b is an assigned replica already
+            p.cl.reindex(p)
     if pe < rep.partition_epoch:
         return
     rep.md_seq = md_seq
