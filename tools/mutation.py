@@ -64,6 +64,9 @@ TIER = [
     "tests/test_properties.py",
     "tests/test_simulated_safety.py",
     "tests/test_scenarios.py",
+    # the fast paths (fetch, timers, HWM, broker index) against the full paths: a mutant of a
+    # fast path alone changes no other test's outcome
+    "tests/test_fast_path.py",
 ]
 
 CMP_SWAP = {
