@@ -285,3 +285,20 @@ def test_crashed_leader_parked_produce_never_answered():
     s.crash(1)
     out = run_events(s.events)
     assert last(out, "produce", seq=seq)["result"] == "NETWORK_EXCEPTION"
+
+
+def test_fetch_of_a_crashed_broker_is_a_noop_that_reports_no_replica():
+    """A Fetch row naming a broker whose process has crashed: no request leaves it (NOOP), and the
+    row reports no offset or replica state, since the crashed process has none (its log is on disk
+    but no fetcher runs); the leader's view of it is unchanged."""
+    s = three()
+    s.at(10).produce(1, 3)
+    s.fetch(2)
+    s.at(20).crash(3)
+    seq = s.at(30).fetch(3)
+    out = run_events(s.events, {"output.fetch": "all"})
+    r = last(out, "fetch", seq=seq)
+    assert (r["result"], r["target"], r["fetch_offset"], r["replica_leo"], r["replica_hwm"]) == \
+        ("NOOP", None, None, None, None)
+    reps = {x["broker"]: x for x in out["partition_state"][0]["replica_states"]}
+    assert reps[3]["alive"] is False and reps[3]["leo"] == 0
