@@ -113,6 +113,19 @@ class Cluster:
                 by_broker[b].discard(key)
         p.indexed = now
 
+    def catch_up(self, b: int, ts: int) -> None:
+        """Broker b's registration is about to change at ts: every partition hosting b first fires
+        its timers due before ts, so a timer acts on the cluster as it was at the timer's time (the
+        controller's periodic tasks and the leaders' ISR checks run at their time, not when the next
+        row reaches the partition). Without this, a rebalance due at 300000 saw a BrokerFence of
+        303257 in the in-process engine, but not in the Spark engine's buckets, which fire every
+        due timer at each micro-batch end. Timers due at ts itself still fire after the change, as
+        for any row at ts. Only b's hosts: a partition's timers read only its replicas' brokers."""
+        for p in self.hosted(b):
+            if ts - 1 > p.tdone:
+                advance(p, ts - 1)
+                self.touched.add(p.key)
+
     def hosted(self, b: int) -> list[Partition]:
         return [self.part(k) for k in sorted(self.by_broker.get(b, ()))]
 
@@ -213,6 +226,8 @@ class Cluster:
             return
         if self.sess_next is not None and ts >= self.sess_next:
             self.expire_sessions(ts)
+        if typ in BROKER_CHANGES and ev["broker"] in self.brokers:
+            self.catch_up(ev["broker"], ts)
         try:
             self._handlers[typ](ev)
         except Reject as r:
@@ -534,6 +549,9 @@ EVENTS: dict[str, tuple] = {
 
 PARTITION_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.PARTITION)
 BROKER_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.BROKER)
+# the broker-scoped rows that change a broker's registration or process (Cluster.catch_up first)
+BROKER_CHANGES = frozenset({"BrokerRegister", "BrokerUnfence", "BrokerFence", "BrokerControlledShutdown",
+                            "BrokerCrash"})
 TOPIC_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.TOPIC)
 EVENT_TYPES = frozenset(EVENTS)
 # types whose row belongs to one partition when it names one (a topic-scoped AlterConfig, a Tick)

@@ -72,6 +72,7 @@ def expire_sessions(cl, ts: int) -> None:
             break
         t, b = min(due)
         br = cl.brokers[b]
+        cl.catch_up(b, t)
         old_epoch, seq = br.sess_epoch, br.sess_seq
         sess_close(cl, br)
         if br.registered and br.epoch == old_epoch:

@@ -96,6 +96,22 @@ def test_bucketed_layout_matches_single_cluster(shape, n_buckets, batch):
     assert canonical(run_events(events, SAFE)) == canonical(run_bucketed(events, SAFE, n_buckets, batch))
 
 
+def test_timers_due_before_a_broker_change_see_the_broker_as_it_was():
+    """Found by the property above: t1-1's preferred-leader rebalance is due at 300000 and no row
+    reaches t1-1 until a BrokerFence of its preferred leader at 303257. The rebalance runs at its
+    time, with broker 1 still unfenced, so broker 1 is elected (leader epoch 8) -- in one cluster
+    (Cluster.catch_up before the fence) as in buckets that fire timers at every micro-batch end."""
+    shape = {"seed": 1, "n_events": 165, "brokers": 4, "partitions": 3, "explicit_ap": False,
+             "explicit_md": False}
+    events = random_schedule(max_unclean=2, topics=2, **shape)
+    single = run_events(events, SAFE)
+    assert canonical(single) == canonical(run_bucketed(events, SAFE, 1, 1))
+    el = [r for r in single["elections"] if (r["topic"], r["partition"], r["ts_ms"]) == ("t1", 1, 300000)]
+    assert [(r["election"], r["new_leader"], r["leader_epoch"]) for r in el] == [("PREFERRED", 1, 8)]
+    fence = next(e for e in events if e["type"] == "BrokerFence" and e["broker"] == 1 and e["ts_ms"] == 303257)
+    assert el[0]["seq"] < fence["seq"]
+
+
 def last_replica_standing():
     s = S().up(1, 2, 3)
     s.create([1, 2, 3])
