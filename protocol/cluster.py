@@ -114,7 +114,8 @@ class Cluster:
         p.indexed = now
 
     def catch_up(self, b: int, ts: int) -> None:
-        """Broker b's registration is about to change at ts: every partition hosting b first fires
+        """A broker-scoped row for b at ts (it may change b's registration or process, or, a
+        MetadataSync, its replicas' roles, which timers read): every partition hosting b first fires
         its timers due before ts, so a timer acts on the cluster as it was at the timer's time (the
         controller's periodic tasks and the leaders' ISR checks run at their time, not when the next
         row reaches the partition). Without this, a rebalance due at 300000 saw a BrokerFence of
@@ -226,7 +227,7 @@ class Cluster:
             return
         if self.sess_next is not None and ts >= self.sess_next:
             self.expire_sessions(ts)
-        if typ in BROKER_CHANGES and ev["broker"] in self.brokers:
+        if typ in BROKER_TYPES and ev["broker"] in self.brokers:
             self.catch_up(ev["broker"], ts)
         try:
             self._handlers[typ](ev)
@@ -549,9 +550,6 @@ EVENTS: dict[str, tuple] = {
 
 PARTITION_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.PARTITION)
 BROKER_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.BROKER)
-# the broker-scoped rows that change a broker's registration or process (Cluster.catch_up first)
-BROKER_CHANGES = frozenset({"BrokerRegister", "BrokerUnfence", "BrokerFence", "BrokerControlledShutdown",
-                            "BrokerCrash"})
 TOPIC_TYPES = frozenset(t for t, (s, *_) in EVENTS.items() if s is Scope.TOPIC)
 EVENT_TYPES = frozenset(EVENTS)
 # types whose row belongs to one partition when it names one (a topic-scoped AlterConfig, a Tick)
