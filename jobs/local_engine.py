@@ -19,7 +19,7 @@ from schemas._derive import safe_text
 from schemas.events import validate
 
 from .buckets import loose_bucket, owns_fn
-from .streamio import from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
+from .streamio import Foreign, from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
 
 
 def fingerprint(stream, config: EngineConfig, engine: str) -> str:
@@ -75,6 +75,15 @@ class LocalEngine:
         if not self.input_rows % _YOUNG_ROWS and not gc.isenabled():
             gc.collect(1)
         cl = self.cluster
+        if raw.__class__ is Foreign:
+            # another worker's plain row (iter_raw_rows(foreign=...)): only its place in the order
+            seq = raw.seq
+            if self.min_seq is None or seq < self.min_seq:
+                self.min_seq = seq
+            if self.max_seq is None or seq > self.max_seq:
+                self.max_seq = seq
+            cl.pass_foreign(seq, raw.ts_ms)
+            return
         if err is not None:
             if self.worker == 0:
                 cl.reject({}, row_to_json(raw, text), err, True)
@@ -241,7 +250,8 @@ def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows
     from schemas.tables import rows_to_arrow
     try:
         eng = LocalEngine(EngineConfig(raw_config), k, workers)
-        for tables, state, st in _batches(eng, iter_raw_rows(stream), batch_rows):
+        rows = iter_raw_rows(stream, foreign=eng.cluster.is_foreign)
+        for tables, state, st in _batches(eng, rows, batch_rows):
             ipcs = {name: to_ipc(rows_to_arrow(name, rows)) for name, rows in tables.items() if rows}
             conn.send((st, ipcs, state))
         conn.send(None)

@@ -229,7 +229,19 @@ def _column(a) -> tuple[list, bool]:
         return [_scalar(a, i) for i in range(len(a))], False
 
 
-def _iter_parquet(f: Path, batch_rows: int) -> Iterator[RawRow]:
+class Foreign:
+    """A plain row (see schemas.events.plain_rows) that the reader's `foreign` predicate gave to
+    another worker of a parallel replay: no dict is built for it, since the worker only needs its
+    place in the stream order (protocol.cluster.Cluster.pass_foreign)."""
+
+    __slots__ = ("seq", "ts_ms")
+
+    def __init__(self, seq: int, ts_ms: int):
+        self.seq = seq
+        self.ts_ms = ts_ms
+
+
+def _iter_parquet(f: Path, batch_rows: int, foreign=None) -> Iterator[RawRow]:
     name = safe_text(f.name)
     try:
         with open(f, "rb"):
@@ -264,19 +276,36 @@ def _iter_parquet(f: Path, batch_rows: int) -> Iterator[RawRow]:
         conv = [_column(batch.column(i)) for i in keep]
         cols = [c for c, _ in conv]
         plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
+        if plain and foreign is not None:
+            yield from _with_foreign(names, cols, plain, foreign)
+            continue
         # the plain rows as ValidEvents (validate only pads them), every other row as a dict
         for ok, vals in zip(plain or repeat(False), zip(*cols)):
             yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
 
 
-def iter_file_rows(f: Path, batch_rows: int = 65536) -> Iterator[RawRow]:
+def _with_foreign(names: list, cols: list, plain: list, foreign) -> Iterator[RawRow]:
+    """_iter_parquet's rows for a worker: a plain row that foreign(type, topic, partition) gives to
+    another worker comes as a Foreign (a plain row holds its seq, ts_ms and type; a column null
+    throughout the batch is absent: None)."""
+    col = {n: c for n, c in zip(names, cols)}
+    nones = repeat(None)
+    for ok, vals, typ, topic, part, seq, ts in zip(plain, zip(*cols), *(col.get(c, nones) for c in (
+            "type", "topic", "partition", "seq", "ts_ms"))):
+        if ok and foreign(typ, topic, part):
+            yield Foreign(seq, ts), None, None
+        else:
+            yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
+
+
+def iter_file_rows(f: Path, batch_rows: int = 65536, foreign=None) -> Iterator[RawRow]:
     """Rows of one stream file, see iter_raw_rows."""
     if f.suffix.lower() in PARQUET_SUFFIXES:
-        return _iter_parquet(f, batch_rows)
+        return _iter_parquet(f, batch_rows, foreign)
     return _iter_json(f)
 
 
-def iter_raw_rows(path, batch_rows: int = 65536) -> Iterator[RawRow]:
+def iter_raw_rows(path, batch_rows: int = 65536, foreign=None) -> Iterator[RawRow]:
     """Every row of the stream in stream order, as
     (raw dict or None, raw text or None, parse error or None).
 
@@ -286,9 +315,11 @@ def iter_raw_rows(path, batch_rows: int = 65536) -> Iterator[RawRow]:
     * Parquet: raw text is None (use ``row_to_json(raw)`` when a rejected
       row needs its JSON); map columns come as lists of (key, value) pairs,
       which ``schemas.events.validate`` accepts.
+    * foreign: a worker's predicate (type, topic, partition) -> bool (Cluster.is_foreign); a plain
+      Parquet row it holds comes as (Foreign(seq, ts_ms), None, None).
     """
     for f in list_stream_files(path):
-        yield from iter_file_rows(f, batch_rows)
+        yield from iter_file_rows(f, batch_rows, foreign)
 
 
 def row_to_json(raw: Optional[dict], raw_text: Optional[str] = None) -> str:

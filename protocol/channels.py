@@ -77,10 +77,10 @@ def send_alter_partition(p, req) -> None:
 def deliver_alter_partition_request(p) -> None:
     """A19/A20: the controller handles the oldest undelivered AlterPartition (none waiting: nothing)."""
     if p.ap_requests:
-        p.ap_responses.append(handle_alter_partition(p, p.ap_requests.popleft()))
+        p.ap_responses.append(handle_alter_partition(p, p.ap_requests.pop(0)))
 
 
 def deliver_alter_partition_response(p) -> None:
     """B10: the leader handles the oldest undelivered answer (none waiting: nothing)."""
     if p.ap_responses:
-        _leader.on_alter_partition_response(p, p.ap_responses.popleft())
+        _leader.on_alter_partition_response(p, p.ap_responses.pop(0))

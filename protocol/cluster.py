@@ -213,17 +213,13 @@ class Cluster:
         scoped = _SCOPED[typ]
         if scoped is None:
             scoped = partition_scoped(typ, ev.get("partition"))
-        bad = order_reject_reason(typ, seq, ts, self.last_seq, self.max_ts, self.max_jump) if (
-            seq <= self.last_seq or ts < self.max_ts or (
-                self.max_jump and ts - self.max_ts > self.max_jump and self.last_seq > 0)) else None
-        if bad:
-            if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):
-                return      # another worker's row (a parallel replay feeds every row to every worker)
-            self.reject(ev, raw, bad, scoped)
-            return
         if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):
-            self.last_seq = seq
-            self.max_ts = ts
+            self.pass_foreign(seq, ts)
+            return
+        if seq <= self.last_seq or ts < self.max_ts or (      # out_of_order, inlined: every row passes here
+                self.max_jump and ts - self.max_ts > self.max_jump and self.last_seq > 0):
+            self.reject(ev, raw, order_reject_reason(typ, seq, ts, self.last_seq, self.max_ts, self.max_jump),
+                        scoped)
             return
         if self.sess_next is not None and ts >= self.sess_next:
             self.expire_sessions(ts)
@@ -238,6 +234,27 @@ class Cluster:
                 self.applied += 1
         self.last_seq = seq
         self.max_ts = ts
+
+    def out_of_order(self, seq: int, ts: int) -> bool:
+        """The stream order check (seq strictly increasing, ts_ms never decreasing, at most
+        max_jump ahead); order_reject_reason words a failure."""
+        return seq <= self.last_seq or ts < self.max_ts or bool(
+            self.max_jump and ts - self.max_ts > self.max_jump and self.last_seq > 0)
+
+    def is_foreign(self, typ: str, topic, partition) -> bool:
+        """A valid row that another worker of a parallel replay applies (or rejects): it belongs to
+        a partition this cluster does not own (see pass_foreign)."""
+        scoped = _SCOPED[typ]
+        if scoped is None:
+            scoped = partition_scoped(typ, partition)
+        return scoped and self.owns is not None and not self.owns((topic, partition))
+
+    def pass_foreign(self, seq: int, ts: int) -> None:
+        """A foreign row (is_foreign) only moves this cluster's stream order forward when it passes the
+        order check; when it fails, its owner writes the rejected row, so nothing happens here."""
+        if not self.out_of_order(seq, ts):
+            self.last_seq = seq
+            self.max_ts = ts
 
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pickle
 import zlib
-from collections import deque
 
 from .cluster import Cluster
 from .config import EngineConfig
@@ -96,8 +95,8 @@ def partition_in(cl: Cluster, t) -> Partition:
         r = _rep_in(rt)
         p.reps[r.broker] = r
     p.md_history = [(s, _snapshot_in(snap)) for s, snap in t[14]]
-    p.ap_requests = deque(_ap_request_in(x) for x in t[15])
-    p.ap_responses = deque(_ap_response_in(x) for x in t[16])
+    p.ap_requests = [_ap_request_in(x) for x in t[15]]
+    p.ap_responses = [_ap_response_in(x) for x in t[16]]
     p.next_pid = t[17]
     p.retry = tuple(t[18]) if t[18] is not None else None
     p.tdone, p.last_seq, p.cur_seq, p.now, p.idx = t[19:24]

@@ -30,6 +30,26 @@ def test_hwm_waits_for_every_maximal_isr_member_and_lags_one_fetch():
     assert reps[2]["hwm"] == 0 and reps[3]["hwm"] == 0                   # C3: response carries the old HWM
 
 
+def test_hwm_advances_to_the_slowest_maximal_isr_member_before_all_catch_up():
+    """B6: the new HWM is the minimum LEO over the leader and the maximal ISR's followers -- it
+    advances as far as the slowest follower got, it does not wait for all to reach the leader's LEO."""
+    s = three()
+    s.produce(1, 4, acks=1)
+    s.fetch(2); s.fetch(3)        # both hold 0..4; the leader learns it on their next fetch
+    s.produce(1, 3, acks=1)       # leader LEO 7
+    s.fetch(3)                    # 3 reports LEO 4 (2 has reported none yet: no advance), takes 4..7
+    seq4 = s.fetch(2)             # 2 reports LEO 4, takes 4..7: min(7, 4, 4) = 4
+    seq_none = s.fetch(3)         # 3 reports LEO 7: min(7, 4, 7) = 4, no change
+    seq7 = s.fetch(2)             # 2 reports LEO 7: min(7, 7, 7) = 7
+    out = run_events(s.events)
+    r = last(out, "hwm", seq=seq4)
+    assert (r["old_hwm"], r["new_hwm"]) == (0, 4)
+    assert not rows(out, "hwm", seq=seq_none)
+    r = last(out, "hwm", seq=seq7)
+    assert (r["old_hwm"], r["new_hwm"]) == (4, 7)
+    assert [(x["old_hwm"], x["new_hwm"]) for x in out["hwm"]] == [(0, 4), (4, 7)]
+
+
 def test_hwm_frozen_under_min_isr_even_with_acks_1():
     s = three()
     s.fence(2); s.fence(3)
@@ -168,6 +188,21 @@ def test_recorded_fetch_drift_is_reported_and_trusted():
     assert d["replica_leo"] == 3
     reps = {x["broker"]: x for x in out["partition_state"][0]["replica_states"]}
     assert reps[2]["leo"] == 3                          # truncated to 1, then refetched 1..3
+
+
+def test_drift_row_shows_the_follower_as_the_model_had_it():
+    """The DRIFT row's replica columns are the model's follower before the row is trusted: its LEO
+    and its HWM from the last response (here 3), then the log is cut to the recorded offset."""
+    s = three()
+    s.produce(1, 3, acks=1)
+    s.fetch_round(2, 3)                                 # both report LEO 3: leader HWM 3
+    s.produce(1, 2, acks=1)
+    s.fetch(2)                                          # 2 takes 3..5, learns HWM 3
+    seq = s.fetch(2, fetch_offset=1)                    # the model says 5
+    out = run_events(s.events)
+    d = last(out, "fetch", seq=seq, result="DRIFT")
+    assert (d["replica_leo"], d["replica_hwm"], d["fetch_offset"]) == (5, 3, 1)
+    assert d["detail"] == "fetch_offset 1 vs model LEO 5"
 
 
 def test_drift_names_only_the_recorded_columns_that_differ():

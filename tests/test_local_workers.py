@@ -164,3 +164,51 @@ def test_killed_parallel_replay_restarts_to_the_same_tables(tmp_path):
     assert r.returncode == 0, r.stderr
     assert diff_tables(ref, t) == {}
     assert _progress(t) == _progress(ref)
+
+
+def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path):
+    """A worker reads another worker's plain Parquet rows as Foreign (no dict, no validation: only
+    the order check moves, Cluster.pass_foreign). Rows that go back in seq or time, rows past the
+    time-jump limit and invalid rows sit among them, in every worker's partitions: the tables are
+    still the single process's, and the owner alone writes each rejection."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jobs.streamio import Foreign, iter_raw_rows
+    from protocol.cluster import Cluster
+    from schemas.events import EVENT_ARROW_SCHEMA
+    from tests.gen import random_schedule
+
+    rnd = random.Random(11)
+    rows = []
+    for ev in random_schedule(5, 600, partitions=6, brokers=4):
+        r = dict(ev)
+        x = rnd.random()
+        if x < 0.04:
+            r["seq"] = max(1, r["seq"] - rnd.randint(1, 30))         # goes back in seq
+        elif x < 0.08:
+            r["ts_ms"] = max(0, r["ts_ms"] - rnd.randint(1, 5000))   # goes back in time
+        elif x < 0.10:
+            r["ts_ms"] = r["ts_ms"] + 400_000                        # past the jump limit
+        elif x < 0.12 and r.get("partition") is not None:
+            r["partition"] = -1                                      # invalid: not plain
+        rows.append({k: r.get(k) for k in EVENT_ARROW_SCHEMA.names})
+    s = tmp_path / "s"
+    s.mkdir()
+    half = len(rows) // 2
+    for i, part in enumerate((rows[:half], rows[half:])):
+        pq.write_table(pa.Table.from_pylist(part, schema=EVENT_ARROW_SCHEMA), s / f"part-{i:05d}.parquet")
+    cfg = EngineConfig({"input.max.time.jump.ms": "300000"})
+
+    from jobs.buckets import owns_fn
+    for k in range(2):
+        cl = Cluster(cfg, owns=owns_fn(k, 2), sees_all=True)
+        kinds = [type(raw).__name__ for raw, _, _ in iter_raw_rows(s, foreign=cl.is_foreign)]
+        assert 100 < kinds.count(Foreign.__name__) < len(rows) - 100, k      # both kinds, in each worker
+
+    one = _assert_same(s, tmp_path, cfg, workers=(2, 3), batch_rows=70)
+    reasons = [r["reason"] for r in read_table(str(tmp_path / "w1"), "rejected").to_pylist()]
+    assert sum("seq" in r and "not after" in r for r in reasons) > 5, reasons[:5]
+    assert one["rejected"] > 30

@@ -217,6 +217,9 @@ def test_reassignment_that_only_removes_completes_at_once():
     m = last(out, "metadata_log", seq=seq)
     assert (m["replicas"], m["isr"], m["adding"], m["removing"]) == ([1, 2], [1, 2], [], [])
     assert (m["leader"], m["leader_epoch"], m["partition_epoch"]) == (1, 1, 1)      # A10a bump, leader kept
+    # the removed broker applies the registration: it stops its replica and deletes the log
+    assert sorted(part(out).reps) == [1, 2]
+    assert sorted(x["broker"] for x in out["partition_state"][0]["replica_states"]) == [1, 2]
 
 
 def test_reassignment_to_replicas_outside_the_isr_waits():
@@ -451,6 +454,24 @@ def test_partition_record_and_replica_snapshot_start_a_replay_mid_life():
     assert p.reps[1].log.cache == [(2, 0), (4, 10)] and p.reps[1].log.leo == 15
     assert p.inv.committed_end == 12
     assert not out.get("violations")
+
+
+def test_partition_record_carries_the_last_known_elr_into_the_next_election():
+    """A recorded leaderless registration with last_known_elr [2] (KIP-966): the replay takes it as
+    given, so when broker 2 is back the controller elects it as the last known leader (A7), and the
+    new leader clears it (A12)."""
+    s = S().up(1, 2, 3)
+    s.fence(2)
+    s._p(type="PartitionRecord", replicas=[1, 2, 3], isr=[], elr=[], last_known_elr=[2], leader=-1,
+         leader_epoch=4, partition_epoch=9, leader_recovery_state="RECOVERED")
+    unfence = s.unfence(2)
+    out = run_events(s.events, {"min.insync.replicas": "2"})
+    p = part(out)
+    e = last(out, "elections", seq=unfence)
+    assert (e["new_leader"], e["election"]) == (2, "LAST_KNOWN_ELR")
+    m = last(out, "metadata_log", seq=unfence)
+    assert (m["leader"], m["isr"], m["last_known_elr"], m["leader_epoch"]) == (2, [2], [], 5)
+    assert (p.leader, p.lke) == (2, [])
 
 
 # ================================================================ A13 recovery state, SPEC §3 idx
