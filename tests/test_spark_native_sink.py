@@ -63,6 +63,19 @@ def test_native_sink_equals_delta_rs_and_local(native, tmp_path):
     # the native tables were really written by delta-spark (Spark's engineInfo in the commits)
     assert any("Spark" in e for e in _engine_info(outs["delta-spark"] / "metadata_log"))
     assert not any("Spark" in e for e in _engine_info(outs["delta-rs"] / "metadata_log"))
+    # partition_state: the first batch into the empty table is an append (every key is new), the
+    # later ones MERGEs; the progress rows come from the driver through delta-rs, each under the
+    # app transaction of its batch
+    from deltalake import DeltaTable
+    ops = [h["operation"] for h in sorted(DeltaTable(str(outs["delta-spark"] / "partition_state")).history(),
+                                          key=lambda h: h["version"])]
+    assert ops[0] == "CREATE TABLE" and ops[1] == "WRITE" and set(ops[2:]) == {"MERGE"} and len(ops) > 3, ops
+    prog = DeltaTable(str(outs["delta-spark"] / "progress"))
+    assert not any("Spark" in e for e in _engine_info(outs["delta-spark"] / "progress"))
+    from jobs.runinfo import read_run_info
+    last_batch = max(r["batch_id"] for r in read_table(str(outs["delta-spark"]), "progress").to_pylist())
+    assert last_batch >= 2
+    assert prog.transaction_version(read_run_info(outs["delta-spark"])["app_id"]) == last_batch
     # the same replay again (same checkpoint): nothing new, nothing twice
     again = _replay(spark, stream, outs["delta-spark"], cfg, tmp_path / "ck-delta-spark", "delta-spark", 2)
     assert again["input_rows"] == 0
