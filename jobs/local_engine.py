@@ -77,28 +77,27 @@ class LocalEngine:
         cl = self.cluster
         if raw.__class__ is Foreign:
             # another worker's plain row (iter_raw_rows(foreign=...)): only its place in the order
+            ev = None
             seq = raw.seq
-            if self.min_seq is None or seq < self.min_seq:
-                self.min_seq = seq
-            if self.max_seq is None or seq > self.max_seq:
-                self.max_seq = seq
-            cl.pass_foreign(seq, raw.ts_ms)
-            return
-        if err is not None:
+        elif err is not None:
             if self.worker == 0:
                 cl.reject({}, row_to_json(raw, text), err, True)
             return
-        ev, reason = validate(raw)
-        if ev is None:
-            lo = loose(raw)
-            if self.workers == 1 or loose_bucket(lo, self.workers) == self.worker:
-                cl.reject(lo, row_to_json(raw, text), safe_text(reason), True)
-            return
-        seq = ev["seq"]
+        else:
+            ev, reason = validate(raw)
+            if ev is None:
+                lo = loose(raw)
+                if self.workers == 1 or loose_bucket(lo, self.workers) == self.worker:
+                    cl.reject(lo, row_to_json(raw, text), safe_text(reason), True)
+                return
+            seq = ev["seq"]
         if self.min_seq is None or seq < self.min_seq:
             self.min_seq = seq
         if self.max_seq is None or seq > self.max_seq:
             self.max_seq = seq
+        if ev is None:
+            cl.pass_foreign(seq, raw.ts_ms)
+            return
         before = cl.rejected
         cl.apply(ev)
         if cl.rejected != before:

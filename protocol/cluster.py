@@ -210,14 +210,13 @@ class Cluster:
         seq = ev["seq"]
         ts = ev["ts_ms"]
         typ = ev["type"]
+        if self.owns is not None and self.is_foreign(typ, ev.get("topic"), ev.get("partition")):
+            self.pass_foreign(seq, ts)
+            return
         scoped = _SCOPED[typ]
         if scoped is None:
             scoped = partition_scoped(typ, ev.get("partition"))
-        if scoped and self.owns is not None and not self.owns((ev["topic"], ev["partition"])):
-            self.pass_foreign(seq, ts)
-            return
-        if seq <= self.last_seq or ts < self.max_ts or (      # out_of_order, inlined: every row passes here
-                self.max_jump and ts - self.max_ts > self.max_jump and self.last_seq > 0):
+        if self.out_of_order(seq, ts):
             self.reject(ev, raw, order_reject_reason(typ, seq, ts, self.last_seq, self.max_ts, self.max_jump),
                         scoped)
             return
