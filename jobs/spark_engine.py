@@ -145,6 +145,30 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
     return tables, state_rows, stats, encode_cluster(cl), timeout
 
 
+# A bucket's state value in Spark's state store: b"IZ" + the blob's size (8 bytes, little endian) +
+# zstd(protocol.codec blob). The codec leaves its partitions' pickles uncompressed because they
+# compress far better together: at 100,000 partitions the 16 values went from 23 MB (each partition
+# zlib'd on its own) to ~3 MB, and every byte of them is read, copied to Python and back, written
+# and logged by the state store every micro-batch. A value without the prefix is a codec blob as
+# checkpoints before this stored it.
+_ZSTD = b"IZ"
+
+
+def store_blob(blob: bytes) -> bytes:
+    return _ZSTD + len(blob).to_bytes(8, "little") + pa.compress(blob, codec="zstd", asbytes=True)
+
+
+def load_blob(value: bytes) -> bytes:
+    from protocol.codec import CodecError
+    if value[:2] != _ZSTD:
+        return value
+    try:
+        return pa.decompress(value[10:], decompressed_size=int.from_bytes(value[2:10], "little"),
+                             codec="zstd", asbytes=True)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise CodecError(f"truncated or corrupt isrflow state value ({type(e).__name__}: {e})") from None
+
+
 def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
     def bucket_fn(key, pdfs, state):
         import pandas as pd
@@ -159,10 +183,10 @@ def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
             for pdf in pdfs:
                 chunks.extend(zip(pdf["pos"].tolist(), pdf["n_in"].tolist(), pdf["min_seq"].tolist(),
                                   pdf["max_seq"].tolist(), pdf["payload"].tolist()))
-        blob = state.get[0] if state.exists else None
+        blob = load_blob(state.get[0]) if state.exists else None
         tables, state_rows, stats, new_blob, timeout = process_bucket(
             bucket, n_buckets, cfg, blob, chunks, wm, state.hasTimedOut, stream)
-        state.update((new_blob,))
+        state.update((store_blob(new_blob),))
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
         names, datas = [], []

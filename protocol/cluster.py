@@ -18,6 +18,7 @@ from functools import partial
 from . import channels, lifecycle
 from .broker import fetch as _fetch
 from .broker import leader, storage
+from .cold import ColdPartitions
 from .config import ConfigError, EngineConfig, topic_config_error, validate_topic_config
 from .controller import admin, replication
 from .invariants import Invariants
@@ -78,12 +79,14 @@ class Cluster:
         self.brokers: dict[int, Broker] = {}
         self.topic_cfg: dict[str, dict[str, str]] = {}
         self.partitions: dict[tuple, Partition] = {}
-        # partitions read from a state blob and not used since (protocol.codec, version 3): key ->
-        # (next timer due or None, hosts, encoded partition). A partition is decoded the first time
-        # a row, a broker change or a due timer reaches it (`part`), so a micro-batch costs what it
-        # touches, not the bucket's size. The in-process engine never has any.
-        self.cold: dict[tuple, tuple] = {}
+        # partitions read from a state blob and not used since (protocol.cold; protocol.codec). A
+        # partition is decoded the first time a row, a broker change or a due timer reaches it
+        # (`part`), so a micro-batch costs what it touches, not the bucket's size. The in-process
+        # engine never has any.
+        self.cold = ColdPartitions()
         self.thaw_fn = None
+        # the decoded partitions by broker hosted and by topic (the cold ones: self.cold answers);
+        # ask through hosted() and topic_keys(), which see both
         self.by_broker: dict[int, set] = defaultdict(set)
         self.by_topic: dict[str, set] = defaultdict(set)
         self.reg_log: list[RegLogEntry] = []        # broker registration changes (explicit metadata delivery)
@@ -128,7 +131,18 @@ class Cluster:
                 self.touched.add(p.key)
 
     def hosted(self, b: int) -> list[Partition]:
-        return [self.part(k) for k in sorted(self.by_broker.get(b, ()))]
+        """The partitions broker b hosts, in key order (cold ones decoded)."""
+        keys = self.by_broker.get(b, ())
+        if self.cold:
+            keys = [*keys, *self.cold.on_broker(b)]
+        return [self.part(k) for k in sorted(keys)]
+
+    def topic_keys(self, topic: str) -> list[tuple]:
+        """The keys of `topic`'s partitions here, in key order (hot and cold)."""
+        keys = self.by_topic.get(topic, ())
+        if self.cold:
+            keys = [*keys, *self.cold.of_topic(topic)]
+        return sorted(keys)
 
     # ------------------------------------------------------------------ cold partitions
     def part(self, key: tuple) -> Partition | None:
@@ -264,7 +278,7 @@ class Cluster:
         if self.cold:
             # a cold partition is unchanged since it was encoded, so no timer of it is due before the
             # one stored with it: only those due by ts are decoded (the others would fire nothing)
-            keys += [k for k, (due, _, _) in self.cold.items() if due is not None and due <= ts]
+            keys += self.cold.due_by(ts)
         for key in sorted(keys):
             p = self.part(key)
             if p.tdone < ts:
@@ -287,9 +301,9 @@ class Cluster:
             t = self.partition_due(p)
             if t is not None and (best is None or t < best):
                 best = t
-        for t, _, _ in self.cold.values():
-            if t is not None and (best is None or t < best):
-                best = t
+        t = self.cold.min_due() if self.cold else None
+        if t is not None and (best is None or t < best):
+            best = t
         if self.sess_next is not None and (best is None or self.sess_next < best):
             best = self.sess_next
         return best
@@ -473,7 +487,7 @@ class Cluster:
         tcfg = self.topic_cfg.setdefault(topic, {})
         changed = admin.min_isr_changed(self.config.elr, tcfg, cfg)
         tcfg.update(cfg)
-        for key in sorted(self.by_topic.get(topic, ())):
+        for key in self.topic_keys(topic):
             p = self.part(key)
             self.begin(p, ev["seq"], ev["ts_ms"])
             p.refresh_conf()

@@ -333,7 +333,7 @@ def tick(cl, ev):
     if pid is not None:
         parts = [cl.partition_of(ev)]
     elif b is None:
-        parts = ([cl.part(k) for k in sorted(cl.by_topic.get(topic, ()))] if topic is not None
+        parts = ([cl.part(k) for k in cl.topic_keys(topic)] if topic is not None
                  else cl.all_partitions())
     else:
         parts = cl.hosted(b)

@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PROTOCOL_STDLIB = {"__future__", "bisect", "collections", "dataclasses", "enum", "functools",
                    "heapq", "itertools", "math", "operator", "typing", "types", "abc",
                    # codec.py: the versioned state encoding (bytes in, bytes out)
-                   "pickle", "zlib", "struct"}
+                   "pickle", "zlib", "struct",
+                   # cold.py: the cold partitions in columns (pure containers)
+                   "array"}
 FORBIDDEN_EVERYWHERE_IN_PROTOCOL = {"time", "random", "datetime", "os", "io", "pathlib", "socket",
                                     "subprocess", "threading", "multiprocessing", "uuid", "secrets"}
 
@@ -89,12 +91,13 @@ def test_the_checker_catches_a_forbidden_import(tmp_path, monkeypatch):
 # they reach as `p.channels`, an object handed to them. Above them sit the drivers that start work
 # in both rooms: the router (cluster.py and lifecycle.py: input events) and the clock (timers.py). The leaves
 # (the shared vocabulary and data) import only leaves; the invariant checker imports leaves only.
-PROTOCOL_LEAVES = {"messages", "config", "log", "replica", "registry"}
+PROTOCOL_LEAVES = {"messages", "config", "log", "replica", "registry", "cold"}
 PROTOCOL_ROOMS = {
     # module or package: the protocol modules it may import
     "messages": set(),
     "config": {"messages"},
     "log": set(),
+    "cold": set(),
     "replica": {"log", "messages"},
     "registry": {"messages"},
     "invariants": PROTOCOL_LEAVES,
