@@ -119,19 +119,17 @@ class DeltaSink:
     """One Delta table per output table under `tables_dir`; commit() writes a
     micro-batch to all of them exactly once."""
 
-    def __init__(self, tables_dir: str, app_id: str = "isrflow", load_state: bool = True):
+    def __init__(self, tables_dir: str, app_id: str = "isrflow"):
         self.root = Path(tables_dir)
         self.app_id = app_id
         _ensure_dir(self.root)
         self._dts: dict[str, DeltaTable] = {}
         for name in TABLES:
             self._dts[name] = self._open_or_create(name)
-        self._state = arrow_schema("partition_state").empty_table()   # key order
-        self._pos: dict[tuple, int] = {}                                 # key -> row in _state
-        if not load_state:      # only create / check the tables (the native Spark sink MERGEs the state)
-            return
+        # partition_state as committed (read back on a restart), in key order, and each key's row in it
+        want = arrow_schema("partition_state")
         have = _to_arrow_table(self._dts["partition_state"])
-        self._state, self._pos = _keyed(have.select(self._state.schema.names).cast(self._state.schema))
+        self._state, self._pos = _keyed(have.select(want.names).cast(want))
 
     # -- tables ------------------------------------------------------------
     def table_path(self, name: str) -> str:

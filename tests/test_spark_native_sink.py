@@ -43,6 +43,17 @@ def _engine_info(table_dir) -> set[str]:
     return infos
 
 
+def _txn_versions(table_dir, app_id: str) -> list[int]:
+    """The app transaction versions recorded by the table's commits, in commit order."""
+    out = []
+    for f in sorted((Path(table_dir) / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn and txn.get("appId") == app_id:
+                out.append(int(txn["version"]))
+    return out
+
+
 def test_native_sink_equals_delta_rs_and_local(native, tmp_path):
     spark = native
     stream, n_rows = make_stream(tmp_path / "stream", 41, 350, n_files=6, partitions=4, topics=2)
@@ -63,19 +74,22 @@ def test_native_sink_equals_delta_rs_and_local(native, tmp_path):
     # the native tables were really written by delta-spark (Spark's engineInfo in the commits)
     assert any("Spark" in e for e in _engine_info(outs["delta-spark"] / "metadata_log"))
     assert not any("Spark" in e for e in _engine_info(outs["delta-rs"] / "metadata_log"))
-    # partition_state: the first batch into the empty table is an append (every key is new), the
-    # later ones MERGEs; the progress rows come from the driver through delta-rs, each under the
-    # app transaction of its batch
+    # partition_state and progress come from the driver through delta-rs (no Spark MERGE): each batch
+    # one write, under the app transaction of its batch, as with the delta-rs sink
     from deltalake import DeltaTable
-    ops = [h["operation"] for h in sorted(DeltaTable(str(outs["delta-spark"] / "partition_state")).history(),
-                                          key=lambda h: h["version"])]
-    assert ops[0] == "CREATE TABLE" and ops[1] == "WRITE" and set(ops[2:]) == {"MERGE"} and len(ops) > 3, ops
-    prog = DeltaTable(str(outs["delta-spark"] / "progress"))
-    assert not any("Spark" in e for e in _engine_info(outs["delta-spark"] / "progress"))
     from jobs.runinfo import read_run_info
+    app_id = read_run_info(outs["delta-spark"])["app_id"]
     last_batch = max(r["batch_id"] for r in read_table(str(outs["delta-spark"]), "progress").to_pylist())
     assert last_batch >= 2
-    assert prog.transaction_version(read_run_info(outs["delta-spark"])["app_id"]) == last_batch
+    for name in ("partition_state", "progress"):
+        dt = DeltaTable(str(outs["delta-spark"] / name))
+        ops = [h["operation"] for h in sorted(dt.history(), key=lambda h: h["version"])]
+        assert ops[0] == "CREATE TABLE" and set(ops[1:]) == {"WRITE"} and len(ops) > 3, (name, ops)
+        assert not any("Spark" in e for e in _engine_info(outs["delta-spark"] / name)), name
+        # one batch id per write, rising (a batch with no partition touched writes no state)
+        txns = _txn_versions(outs["delta-spark"] / name, app_id)
+        assert len(txns) == len(ops) - 1 and txns == sorted(set(txns)) and txns[-1] <= last_batch, (name, txns)
+    assert txns[-1] == last_batch       # progress: every batch
     # the same replay again (same checkpoint): nothing new, nothing twice
     again = _replay(spark, stream, outs["delta-spark"], cfg, tmp_path / "ck-delta-spark", "delta-spark", 2)
     assert again["input_rows"] == 0
@@ -88,7 +102,8 @@ def test_native_sink_equals_delta_rs_and_local(native, tmp_path):
 
 def test_native_write_is_idempotent_per_batch(native, tmp_path):
     """A micro-batch written twice (a replay after a crash) is in the tables once: Delta skips
-    the appends (txnVersion <= the table's) and the partition_state MERGE."""
+    the appends (txnVersion <= the table's), the driver's sink the partition_state and progress
+    commits (the app transaction's version)."""
     import pandas as pd
     from deltalake import DeltaTable
 
