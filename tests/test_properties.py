@@ -112,6 +112,28 @@ def test_timers_due_before_a_broker_change_see_the_broker_as_it_was():
     assert el[0]["seq"] < fence["seq"]
 
 
+def test_a_timer_due_at_a_broker_rows_own_time_fires_after_that_row():
+    """The boundary of Cluster.catch_up: only timers due *before* a broker row fire ahead of it; one
+    due at the row's own time runs after it, as for any row at that time. Broker 1, the preferred
+    leader, is back in the ISR after a fence; the periodic rebalance is due at 300000. A BrokerFence
+    of broker 1 at exactly 300000 (or before) leaves 2 the leader; at 300001 it comes after the
+    rebalance, which elected 1."""
+    def elections(fence_at):
+        s = S().up(1, 2, 3)
+        s.create([1, 2, 3])
+        s.at(100).fetch_round(2, 3)
+        s.at(1000).fence(1)
+        s.at(2000).unfence(1)
+        s.at(3000).fetch_round(1, 2, 3, times=3)
+        s.at(fence_at).fence(1)
+        s.at(310_000).fetch_round(2, 3)
+        out = run_events(s.events, finish=False)
+        return [(r["ts_ms"], r["election"], r["new_leader"]) for r in out["elections"]]
+    assert elections(300_000) == [(1000, "ISR", 2)]
+    assert elections(299_999) == [(1000, "ISR", 2)]
+    assert elections(300_001) == [(1000, "ISR", 2), (300_000, "PREFERRED", 1), (300_001, "ISR", 2)]
+
+
 def last_replica_standing():
     s = S().up(1, 2, 3)
     s.create([1, 2, 3])
