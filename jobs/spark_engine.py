@@ -470,11 +470,11 @@ class SparkDeltaSink:
                     self._append(df, name, batch_id)
                 _kill_hook(batch_id, "mid")
             # the tables' commits are independent: Spark runs the appends as concurrent jobs (a Delta
-            # append is mostly driver-side log work) beside partition_state's delta-rs commit;
-            # progress strictly after all of them
+            # append is mostly driver-side log work) beside partition_state's delta-rs commit, which
+            # goes first (it needs no Spark job, so no thread waits for it); progress strictly after all
             jobs = [(self._append, (df, name, batch_id), name) for name in order]
             if state is not None:
-                jobs.append((self._commit_state, (state, batch_id), "partition_state"))
+                jobs.insert(0, (self._commit_state, (state, batch_id), "partition_state"))
 
             def run(job):
                 fn, args, name = job
