@@ -458,9 +458,10 @@ class SparkDeltaSink:
             on_driver = F.col("table").isin("_stats", "partition_state")
             meta = df.select("table", F.when(on_driver, F.col("data")).alias("data")).collect()
             trace("operator + meta collect")
+            present = {r["table"] for r in meta if r["table"] != "_stats"}
             small, st = _gather(meta)
             state = small.get("partition_state")
-            present = {r["table"] for r in meta if r["table"] != "_stats"}
+            del meta, small     # the state blobs' bytes (one row per touched partition): not held through the commits
             order = [n for n in TABLES if n in present and n not in ("partition_state", "progress")]
             prog = make_progress(st)
             _kill_hook(batch_id, "before")
