@@ -388,7 +388,10 @@ def choose_sink(spark, sink: str | None = None) -> str:
 def _make_sink(spark, tables_dir: str, app_id: str, sink: str):
     from .delta_sink import DeltaSink
     if sink == "delta-spark":
-        return SparkDeltaSink(spark, tables_dir, app_id)
+        s = SparkDeltaSink(spark, tables_dir, app_id)
+        if os.environ.get("ISRFLOW_DELTA_WARMUP", "1") != "0":     # 0: off (to measure it)
+            s.warm_up()
+        return s
     return DeltaSink(tables_dir, app_id=app_id)
 
 
@@ -435,6 +438,35 @@ class SparkDeltaSink:
 
     def _path(self, name: str) -> str:
         return str(Path(self.base.table_path(name)).resolve())
+
+    # the tables the executors append, most often written first (partition_state and progress are
+    # committed by delta-rs)
+    WARM_ORDER = ("metadata_log", "produce", "hwm", "consumer", "admin", "elections", "alter_partition",
+                  "rejected", "violations", "fetch")
+
+    def warm_up(self) -> threading.Thread:
+        """Loads every appended table's Delta snapshot, with its app transactions, in the JVM, in a
+        background thread, while the first micro-batch's operator runs. A process's first Delta
+        operation costs ~11 s (Delta's classes, its first log replay) and each table's first
+        snapshot ~1.1 s more (a Spark job over its log, which the txnAppId check needs): a whole
+        replay is one or two micro-batches, so its first batch's commits paid all of it after the
+        operator. Read-only: the append that finds the snapshot loaded (DeltaLog's cache) uses it;
+        one that comes first loads it itself, and the other waits for it (a lazy value). A failure
+        here changes nothing (the append loads what it needs), so it is only logged."""
+        def run():
+            try:
+                jvm, jss = self.spark._jvm, self.spark._jsparkSession
+                for name in self.WARM_ORDER:
+                    if os.environ.get("ISRFLOW_SINK_TRACE"):
+                        print(f"[sink] warm {name}", file=sys.stderr, flush=True)
+                    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jss, self._path(name)) \
+                        .unsafeVolatileSnapshot().setTransactions()
+            except Exception as e:     # noqa: BLE001 - an optimisation: the appends load what they need
+                print(f"isrflow: delta-spark warm-up stopped ({type(e).__name__}: {str(e)[:200]})",
+                      file=sys.stderr, flush=True)
+        th = threading.Thread(target=run, name="isrflow-delta-warm-up", daemon=True)
+        th.start()
+        return th
 
     def _frame(self, df, name: str):
         from pyspark.sql import functions as F
