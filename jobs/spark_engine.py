@@ -447,20 +447,16 @@ class SparkDeltaSink:
     def warm_up(self) -> threading.Thread:
         """Loads every appended table's Delta snapshot, with its app transactions, in the JVM, in a
         background thread, while the first micro-batch's operator runs. A process's first Delta
-        operation costs ~11 s (Delta's classes, its first log replay) and each table's first
-        snapshot ~1.1 s more (a Spark job over its log, which the txnAppId check needs): a whole
-        replay is one or two micro-batches, so its first batch's commits paid all of it after the
-        operator. Read-only: the append that finds the snapshot loaded (DeltaLog's cache) uses it;
-        one that comes first loads it itself, and the other waits for it (a lazy value). A failure
-        here changes nothing (the append loads what it needs), so it is only logged."""
+        operation costs ~8-11 s (Delta's classes, Spark's planning of its log replay, the replay's
+        job) and each table's first snapshot ~1.1 s more (a Spark job over its log, which the
+        txnAppId check needs): a whole replay is one or two micro-batches, so its first batch's
+        commits paid all of it after the operator. Read-only: an append that finds the snapshot
+        loaded (DeltaLog's cache) uses it; one that comes first loads it itself, and the other waits
+        for it (a lazy value). A failure here changes nothing (the append loads what it needs), so
+        it is only reported."""
         def run():
             try:
-                jvm, jss = self.spark._jvm, self.spark._jsparkSession
-                for name in self.WARM_ORDER:
-                    if os.environ.get("ISRFLOW_SINK_TRACE"):
-                        print(f"[sink] warm {name}", file=sys.stderr, flush=True)
-                    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jss, self._path(name)) \
-                        .unsafeVolatileSnapshot().setTransactions()
+                self.warm(self.WARM_ORDER)
             except Exception as e:     # noqa: BLE001 - an optimisation: the appends load what they need
                 print(f"isrflow: delta-spark warm-up stopped ({type(e).__name__}: {str(e)[:200]})",
                       file=sys.stderr, flush=True)
@@ -468,10 +464,17 @@ class SparkDeltaSink:
         th.start()
         return th
 
-    def _frame(self, df, name: str):
-        from pyspark.sql import functions as F
-        from schemas.tables import spark_schema
-        return df.filter(F.col("table") == name).select("data").mapInArrow(_explode_fn(name), spark_schema(name))
+    def warm(self, names) -> dict[str, tuple[int, int]]:
+        """Delta's snapshot of each table and its app transactions, loaded (and so cached) in the
+        JVM: {name: (snapshot version, app transactions recorded)}."""
+        jvm, jss = self.spark._jvm, self.spark._jsparkSession
+        trace = _tracer("warm-up")
+        out = {}
+        for name in names:
+            snap = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(jss, self._path(name)).unsafeVolatileSnapshot()
+            out[name] = (int(snap.version()), int(snap.setTransactions().size()))
+            trace(name)
+        return out
 
     def _append(self, df, name: str, batch_id: int) -> None:
         (self._frame(df, name).write.format("delta").mode("append").option("txnAppId", self.app_id)
@@ -531,14 +534,16 @@ class SparkDeltaSink:
         return st
 
 
-def _tracer(batch_id: int):
-    """ISRFLOW_SINK_TRACE=1: a micro-batch's step times on stderr (either sink)."""
+def _tracer(batch_id):
+    """ISRFLOW_SINK_TRACE=1: a micro-batch's step times on stderr (either sink); batch_id may be a
+    label ("warm-up")."""
     if not os.environ.get("ISRFLOW_SINK_TRACE"):
         return lambda step: None
     t0 = time.perf_counter()
 
     def trace(step):
-        print(f"[sink] batch {batch_id} +{time.perf_counter() - t0:.2f}s {step}", file=sys.stderr, flush=True)
+        what = f"batch {batch_id}" if isinstance(batch_id, int) else batch_id
+        print(f"[sink] {what} +{time.perf_counter() - t0:.2f}s {step}", file=sys.stderr, flush=True)
     return trace
 
 

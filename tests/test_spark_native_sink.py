@@ -133,3 +133,27 @@ def test_native_write_is_idempotent_per_batch(native, tmp_path):
     for name in ("admin", "partition_state", "progress"):
         assert read_table(str(tmp_path / "t"), name).num_rows == 1, name
         assert DeltaTable(str(tmp_path / "t" / name)).transaction_version("app-x") == 0, name
+
+
+def test_warm_up_reads_delta_s_own_snapshot_and_writes_nothing(native, tmp_path, capfd):
+    """SparkDeltaSink.warm_up loads each appended table's snapshot and app transactions through
+    Delta's JVM API (DeltaLog.forTable, the snapshot's setTransactions) while the first batch's
+    operator runs. A Delta release that renames them must fail here, not silently turn the warm-up
+    into nothing (it only reports a failure, by design). It is read-only, and it reads the table as
+    committed: the transactions an append records are what it finds."""
+    from jobs.spark_engine import SparkDeltaSink
+    sink = SparkDeltaSink(native, str(tmp_path / "t"), "app-warm")
+    th = sink.warm_up()
+    th.join(300)
+    assert not th.is_alive()
+    assert "warm-up stopped" not in capfd.readouterr().err
+    logs = {n: sorted(p.name for p in (tmp_path / "t" / n / "_delta_log").glob("*.json"))
+            for n in SparkDeltaSink.WARM_ORDER}
+    assert all(v == ["00000000000000000000.json"] for v in logs.values()), logs   # nothing written
+    assert sink.warm(["produce", "hwm"]) == {"produce": (0, 0), "hwm": (0, 0)}
+    empty = native.read.format("delta").load(sink._path("produce"))      # a commit with its txn all the same
+    for batch in (0, 1):
+        (empty.write.format("delta").mode("append").option("txnAppId", sink.app_id)
+         .option("txnVersion", str(batch)).save(sink._path("produce")))
+    # one SetTransaction (this app id) at version 2; hwm untouched
+    assert sink.warm(["produce", "hwm"]) == {"produce": (2, 1), "hwm": (0, 0)}
