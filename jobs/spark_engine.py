@@ -476,6 +476,11 @@ class SparkDeltaSink:
             trace(name)
         return out
 
+    def _frame(self, df, name: str):
+        from pyspark.sql import functions as F
+        from schemas.tables import spark_schema
+        return df.filter(F.col("table") == name).select("data").mapInArrow(_explode_fn(name), spark_schema(name))
+
     def _append(self, df, name: str, batch_id: int) -> None:
         (self._frame(df, name).write.format("delta").mode("append").option("txnAppId", self.app_id)
          .option("txnVersion", str(batch_id)).save(self._path(name)))
