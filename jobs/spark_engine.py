@@ -439,10 +439,20 @@ class SparkDeltaSink:
     def _path(self, name: str) -> str:
         return str(Path(self.base.table_path(name)).resolve())
 
-    # the tables the executors append, most often written first (partition_state and progress are
-    # committed by delta-rs)
-    WARM_ORDER = ("metadata_log", "produce", "hwm", "consumer", "admin", "elections", "alter_partition",
-                  "rejected", "violations", "fetch")
+    # committed on the driver by delta-rs; the executors append every other table of schemas/
+    DRIVER_TABLES = ("partition_state", "progress")
+    # the warm-up loads these first: a replay writes them in nearly every micro-batch
+    WARM_FIRST = ("metadata_log", "produce", "hwm", "consumer")
+
+    @classmethod
+    def appended_tables(cls) -> tuple[str, ...]:
+        from schemas.tables import TABLES
+        return tuple(n for n in TABLES if n not in cls.DRIVER_TABLES)
+
+    @classmethod
+    def warm_order(cls) -> tuple[str, ...]:
+        rest = cls.appended_tables()
+        return tuple(n for n in cls.WARM_FIRST if n in rest) + tuple(n for n in rest if n not in cls.WARM_FIRST)
 
     def warm_up(self) -> threading.Thread:
         """Loads every appended table's Delta snapshot, with its app transactions, in the JVM, in a
@@ -456,7 +466,7 @@ class SparkDeltaSink:
         it is only reported."""
         def run():
             try:
-                self.warm(self.WARM_ORDER)
+                self.warm(self.warm_order())
             except Exception as e:     # noqa: BLE001 - an optimisation: the appends load what they need
                 print(f"isrflow: delta-spark warm-up stopped ({type(e).__name__}: {str(e)[:200]})",
                       file=sys.stderr, flush=True)
@@ -491,7 +501,6 @@ class SparkDeltaSink:
     def write_frame(self, df, batch_id: int, make_progress) -> dict:
         from concurrent.futures import ThreadPoolExecutor
         from pyspark.sql import functions as F
-        from schemas.tables import TABLES
         trace = _tracer(batch_id)
         df.persist()        # the stateful plan runs once (Q6: one action re-runs it); later reads hit the cache
         try:
@@ -502,7 +511,7 @@ class SparkDeltaSink:
             small, st = _gather(meta)
             state = small.get("partition_state")
             del meta, small     # the state blobs' bytes (one row per touched partition): not held through the commits
-            order = [n for n in TABLES if n in present and n not in ("partition_state", "progress")]
+            order = [n for n in self.appended_tables() if n in present]
             prog = make_progress(st)
             _kill_hook(batch_id, "before")
             if os.environ.get("ISRFLOW_TEST_KILL", "").endswith(":mid"):

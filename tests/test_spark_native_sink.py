@@ -148,7 +148,7 @@ def test_warm_up_reads_delta_s_own_snapshot_and_writes_nothing(native, tmp_path,
     assert not th.is_alive()
     assert "warm-up stopped" not in capfd.readouterr().err
     logs = {n: sorted(p.name for p in (tmp_path / "t" / n / "_delta_log").glob("*.json"))
-            for n in SparkDeltaSink.WARM_ORDER}
+            for n in SparkDeltaSink.warm_order()}
     assert all(v == ["00000000000000000000.json"] for v in logs.values()), logs   # nothing written
     assert sink.warm(["produce", "hwm"]) == {"produce": (0, 0), "hwm": (0, 0)}
     empty = native.read.format("delta").load(sink._path("produce"))      # a commit with its txn all the same
