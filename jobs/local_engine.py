@@ -276,3 +276,6 @@ def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows
         conn.send(traceback.format_exc())
     finally:
         conn.close()
+        # the process ends after this: its exit collection need not walk this worker's cluster
+        # state (see jobs.cli.entry); the parent waits for that exit (_replay_workers joins)
+        gc.freeze()
