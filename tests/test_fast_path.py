@@ -190,3 +190,26 @@ def test_young_collections_back_off_only_while_they_free_nothing():
         assert eng.young_at == eng.input_rows + 2 * le._YOUNG_ROWS
         assert eng.input_rows == 1
     assert gc.isenabled()
+
+
+def test_console_script_exits_without_walking_the_heap(monkeypatch, capsys):
+    """jobs.cli.entry (the `isrflow` script): main's exit code, its output flushed, and the heap frozen
+    so the interpreter's exit collection skips the replay's cyclic cluster state (see entry)."""
+    import gc
+    import tomllib
+    from pathlib import Path
+
+    from jobs import cli
+
+    with open(Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        assert tomllib.load(f)["project"]["scripts"]["isrflow"] == "jobs.cli:entry"
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr("sys.argv", ["isrflow", "replay", "--tables", "/nonexistent-isrflow-t"])
+    try:
+        with pytest.raises(SystemExit) as ex:
+            cli.entry()
+        assert ex.value.code == cli.EXIT_USAGE       # no stream given: main's usage error, as is
+        assert "a stream directory is needed" in capsys.readouterr().err
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()                                # this test process goes on
