@@ -17,6 +17,7 @@ from protocol.cluster import Cluster
 from protocol.config import EngineConfig
 from schemas._derive import safe_text
 from schemas.events import validate
+from schemas.tables import partition_state_arrow
 
 from .buckets import loose_bucket, owns_fn
 from .streamio import Foreign, from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
@@ -124,12 +125,14 @@ class LocalEngine:
         self.young_at = self.input_rows + self.young_every
         return freed
 
-    def drain(self, final: bool) -> tuple[dict, list[dict]]:
+    def drain(self, final: bool) -> tuple[dict, "pa.Table"]:
+        """The output rows since the last drain by table, and the `partition_state` rows of the
+        partitions touched since then (as Arrow, built column-wise: see protocol.state_table)."""
         cl = self.cluster
         if final:
             cl.finish()
         tables = cl.drain()
-        state = cl.partition_state_rows(cl.touched)
+        state = partition_state_arrow(*cl.partition_state_columns(cl.touched))
         cl.touched = set()
         return tables, state
 
@@ -233,11 +236,10 @@ def _replay_workers(stream: str, config: EngineConfig, workers: int, batch_rows:
             if msgs[0] is None:
                 break
             parts: dict[str, list] = {}
-            state: list[dict] = []
-            for _, ipcs, st_rows in msgs:
+            for _, ipcs in msgs:
                 for name, data in ipcs.items():
                     parts.setdefault(name, []).append(from_ipc(data))
-                state += st_rows
+            state = pa.concat_tables(parts.pop("partition_state"))
             st = dict(msgs[0][0])        # worker 0 sees (and counts) every row, and outputs the global ones
             for k in ("applied", "rejected", "partitions"):
                 st[k] = sum(m[0][k] for m in msgs)
@@ -261,7 +263,7 @@ def _receive(conn, k: int):
 
 
 def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows: int, conn) -> None:
-    """One worker: its batches as (stats, {table: Arrow IPC bytes}, partition_state rows), then None."""
+    """One worker: its batches as (stats, {table: Arrow IPC bytes}, partition_state among them), then None."""
     import traceback
 
     from schemas.tables import rows_to_arrow
@@ -270,7 +272,8 @@ def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows
         rows = iter_raw_rows(stream, foreign=eng.cluster.is_foreign)
         for tables, state, st in _batches(eng, rows, batch_rows):
             ipcs = {name: to_ipc(rows_to_arrow(name, rows)) for name, rows in tables.items() if rows}
-            conn.send((st, ipcs, state))
+            ipcs["partition_state"] = to_ipc(state)
+            conn.send((st, ipcs))
         conn.send(None)
     except BaseException:               # noqa: BLE001 - the parent reports it and stops the others
         conn.send(traceback.format_exc())

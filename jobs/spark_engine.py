@@ -83,10 +83,11 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
                    timed_out: bool, stream: str | None = None):
     """One call of the stateful function, without Spark (tests drive it directly too).
     chunks: iterable of (pos, n_in, min_seq, max_seq, payload). Returns
-    (tables {name: rows}, partition_state rows, stats dict, new blob, next timeout or None)."""
+    (tables {name: rows}, partition_state as Arrow, stats dict, new blob, next timeout or None)."""
     from protocol.cluster import Cluster
     from protocol.codec import decode_cluster, encode_cluster
     from schemas.events import EVENT_COLUMNS
+    from schemas.tables import partition_state_arrow
     from .spark_source import raw_rows_at, unpack
 
     owns = owns_fn(bucket, n_buckets)
@@ -134,7 +135,7 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
     tables = cl.drain()
     if pre_rejected:
         tables["rejected"] = pre_rejected + tables.get("rejected", [])
-    state_rows = cl.partition_state_rows(cl.touched)
+    state = partition_state_arrow(*cl.partition_state_columns(cl.touched))
     cl.touched = set()
     stats = {"n_in": n_in, "applied": cl.applied - applied0, "rejected": len(tables.get("rejected", ())),
              "min_seq": mn, "max_seq": mx, "max_ts": cl.max_ts}
@@ -142,7 +143,7 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
     timeout = None
     if nd is not None:
         timeout = max(nd - 1, watermark, 1)
-    return tables, state_rows, stats, encode_cluster(cl), timeout
+    return tables, state, stats, encode_cluster(cl), timeout
 
 
 # A bucket's state value in Spark's state store: b"IZ" + the blob's size (8 bytes, little endian) +
@@ -184,7 +185,7 @@ def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
                 chunks.extend(zip(pdf["pos"].tolist(), pdf["n_in"].tolist(), pdf["min_seq"].tolist(),
                                   pdf["max_seq"].tolist(), pdf["payload"].tolist()))
         blob = load_blob(state.get[0]) if state.exists else None
-        tables, state_rows, stats, new_blob, timeout = process_bucket(
+        tables, state_tbl, stats, new_blob, timeout = process_bucket(
             bucket, n_buckets, cfg, blob, chunks, wm, state.hasTimedOut, stream)
         state.update((store_blob(new_blob),))
         if timeout is not None:
@@ -194,9 +195,9 @@ def make_bucket_fn(cfg_raw: dict, n_buckets: int, stream: str):
             if rows:
                 names.append(name)
                 datas.append(to_ipc(rows_to_arrow(name, rows)))
-        if state_rows:
+        if state_tbl.num_rows:
             names.append("partition_state")
-            datas.append(to_ipc(rows_to_arrow("partition_state", state_rows)))
+            datas.append(to_ipc(state_tbl))
         names.append("_stats")
         datas.append(json.dumps(stats).encode())
         yield pd.DataFrame({"table": names, "data": datas})

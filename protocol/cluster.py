@@ -26,7 +26,7 @@ from .lifecycle import Reject
 from .messages import NO_LEADER, RECOVERED, RegLogEntry, Scope
 from .partition import Partition
 from .registry import Broker  # noqa: F401 (re-export: protocol.cluster.Broker)
-from .state_table import partition_state_rows
+from .state_table import partition_state_columns, partition_state_rows
 from .timers import advance
 from .timers import next_due as _next_due
 
@@ -544,6 +544,9 @@ class Cluster:
     # ================================================================== state table
     def partition_state_rows(self, keys=None) -> list[dict]:
         return partition_state_rows(self, keys)
+
+    def partition_state_columns(self, keys=None):
+        return partition_state_columns(self, keys)
 
 
 # ====================================================================== the event table

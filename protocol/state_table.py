@@ -1,42 +1,102 @@
-"""The `partition_state` table: a projection of the touched partitions' state (SPEC §3)."""
+"""The `partition_state` table: a projection of the touched partitions' state (SPEC §3).
+
+The projection is defined once, column-wise (partition_state_columns): both engines turn it into
+Arrow without a dict per partition and per replica (schemas.tables.partition_state_arrow), since
+at 100k partitions building and converting those dicts cost ~1.2 s per 100k rows, a large share
+of a replay that touches every partition in every batch. partition_state_rows gives the same
+projection as row dicts (tests, the simulator's digest, small tables).
+"""
 from __future__ import annotations
 
 from .messages import LEADER
 
+# the columns of one partition's row, in the table's order; replica_states is nested (REPLICA_COLUMNS)
+PARTITION_COLUMNS = ("topic", "partition", "seq", "idx", "ts_ms", "leader", "leader_epoch", "partition_epoch",
+                     "replicas", "isr", "elr", "last_known_elr", "adding", "removing", "leader_recovery_state",
+                     "leader_hwm", "leader_leo", "leader_leso", "maximal_isr", "pending_alter_partition")
+REPLICA_COLUMNS = ("broker", "alive", "fenced", "broker_epoch", "role", "leo", "hwm", "leader_epoch")
 
-def partition_state_rows(cl, keys=None) -> list[dict]:
-    rows = []
+
+def partition_state_columns(cl, keys=None) -> tuple[dict[str, list], list[int], dict[str, list]]:
+    """The rows of the partitions `keys` (default: all), in key order, as columns:
+    (PARTITION_COLUMNS -> values, each row's number of replica states, REPLICA_COLUMNS -> values of
+    all rows' replica states one after the other, each row's in broker order)."""
     if keys is None:
         keys = [p.key for p in cl.all_partitions()]
+    cols: dict[str, list] = {c: [] for c in PARTITION_COLUMNS}
+    reps: dict[str, list] = {c: [] for c in REPLICA_COLUMNS}
+    (topic, partition, seq, idx, ts_ms, leader, leader_epoch, partition_epoch, replicas, isr, elr, lke, adding,
+     removing, lrs, leader_hwm, leader_leo, leader_leso, maximal_isr, pending) = (cols[c] for c in PARTITION_COLUMNS)
+    r_broker, r_alive, r_fenced, r_epoch, r_role, r_leo, r_hwm, r_le = (reps[c] for c in REPLICA_COLUMNS)
+    counts: list[int] = []
+    parts = cl.partitions
+    brokers = cl.brokers
     for key in sorted(keys):
-        p = cl.partitions.get(key)
+        p = parts.get(key)
         if p is None:
             continue
         lrep = p.reps.get(p.leader) if p.leader >= 0 else None
         lead = lrep if lrep is not None and lrep.role == LEADER else None
-        pend = None
-        if lead is not None and lead.isr_state.is_pending:
+        topic.append(p.topic)
+        partition.append(p.partition)
+        seq.append(p.last_seq)
+        idx.append(0)
+        ts_ms.append(p.now)
+        leader.append(p.leader)
+        leader_epoch.append(p.leader_epoch)
+        partition_epoch.append(p.partition_epoch)
+        replicas.append(list(p.replicas))
+        isr.append(list(p.isr))
+        elr.append(list(p.elr))
+        lke.append(list(p.lke))
+        adding.append(list(p.adding))
+        removing.append(list(p.removing))
+        lrs.append(p.lrs)
+        if lead is not None:
+            log = lead.log
             st = lead.isr_state
-            pend = f"{st.change} {list(st.proposed)}"
-        rows.append({
-            "topic": p.topic, "partition": p.partition, "seq": p.last_seq, "idx": 0, "ts_ms": p.now,
-            "leader": p.leader, "leader_epoch": p.leader_epoch, "partition_epoch": p.partition_epoch,
-            "replicas": list(p.replicas), "isr": list(p.isr), "elr": list(p.elr),
-            "last_known_elr": list(p.lke), "adding": list(p.adding), "removing": list(p.removing),
-            "leader_recovery_state": p.lrs,
-            "leader_hwm": lead.log.hwm if lead else None, "leader_leo": lead.log.leo if lead else None,
-            "leader_leso": lead.leso if lead else None,
-            "maximal_isr": list(lead.isr_state.maximal_isr) if lead else None,
-            "pending_alter_partition": pend, "replica_states": _replica_states(cl, p)})
+            leader_hwm.append(log.hwm)
+            leader_leo.append(log.leo)
+            leader_leso.append(lead.leso)
+            maximal_isr.append(list(st.maximal_isr))
+            pending.append(f"{st.change} {list(st.proposed)}" if st.is_pending else None)
+        else:
+            leader_hwm.append(None)
+            leader_leo.append(None)
+            leader_leso.append(None)
+            maximal_isr.append(None)
+            pending.append(None)
+        prs = p.reps
+        counts.append(len(prs))
+        for b in sorted(prs):
+            r = prs[b]
+            br = brokers.get(b)
+            r_broker.append(b)
+            if br is not None:
+                r_alive.append(bool(br.alive))
+                r_fenced.append(bool(br.fenced))
+                r_epoch.append(br.epoch)
+            else:
+                r_alive.append(False)
+                r_fenced.append(None)
+                r_epoch.append(None)
+            r_role.append(r.role)
+            rlog = r.log
+            r_leo.append(rlog.leo)
+            r_hwm.append(rlog.hwm)
+            r_le.append(r.leader_epoch)
+    return cols, counts, reps
+
+
+def partition_state_rows(cl, keys=None) -> list[dict]:
+    """partition_state_columns as one dict per row (replica_states: a list of dicts)."""
+    cols, counts, reps = partition_state_columns(cl, keys)
+    rep_rows = [dict(zip(REPLICA_COLUMNS, vals)) for vals in zip(*(reps[c] for c in REPLICA_COLUMNS))]
+    rows = []
+    at = 0
+    for vals, n in zip(zip(*(cols[c] for c in PARTITION_COLUMNS)), counts):
+        row = dict(zip(PARTITION_COLUMNS, vals))
+        row["replica_states"] = rep_rows[at:at + n]
+        at += n
+        rows.append(row)
     return rows
-
-
-def _replica_states(cl, p) -> list[dict]:
-    reps = []
-    for b in sorted(p.reps):
-        r = p.reps[b]
-        br = cl.brokers.get(b)
-        reps.append({"broker": b, "alive": bool(br and br.alive), "fenced": bool(br.fenced) if br else None,
-                     "broker_epoch": br.epoch if br else None, "role": r.role, "leo": r.log.leo,
-                     "hwm": r.log.hwm, "leader_epoch": r.leader_epoch})
-    return reps

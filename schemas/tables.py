@@ -335,6 +335,35 @@ def columns(table: str) -> tuple[str, ...]:
     return tuple(arrow_schema(table).names)
 
 
+def partition_state_arrow(cols: dict[str, list], counts: list[int], reps: dict[str, list]) -> pa.Table:
+    """The `partition_state` Arrow table of protocol.state_table.partition_state_columns: each column
+    converted on its own, replica_states assembled from its flat child columns and the rows' counts
+    (no dict per row or per replica). Raises ValueError like rows_to_arrow."""
+    import numpy as np
+
+    schema = arrow_schema("partition_state")
+    arrays = []
+    for field in schema:
+        name = field.name
+        try:
+            if name == "replica_states":
+                st = field.type.value_type
+                children = [pa.array(reps[f.name], type=f.type) for f in st]
+                offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+                np.cumsum(counts, out=offsets[1:])
+                arr = pa.ListArray.from_arrays(pa.array(offsets),
+                                               pa.StructArray.from_arrays(children, fields=list(st)),
+                                               type=field.type)
+            else:
+                arr = pa.array(cols[name], type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as e:
+            raise ValueError(f"partition_state.{name}: cannot convert values to {field.type}: {e}") from e
+        if not field.nullable and arr.null_count:
+            raise ValueError(f"partition_state.{name} is required but a row has no value")
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def rows_to_arrow(table: str, rows: list[dict]) -> pa.Table:
     """Build the Arrow table of `rows` (dicts keyed by column name; a missing
     key is null). Column-wise, no per-row validation; raises ValueError on a

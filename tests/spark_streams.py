@@ -100,7 +100,7 @@ def emulate_spark(stream, config, n_buckets: int = 4, files_per_batch: int | Non
                 timeouts[b] = to
             for k, v in tables.items():
                 out[k].extend(v)
-            for r in srows:
+            for r in srows.to_pylist():
                 state[(r["topic"], r["partition"])] = r
             for k in stats:
                 stats[k] += st[k]

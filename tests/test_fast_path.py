@@ -213,3 +213,32 @@ def test_console_script_exits_without_walking_the_heap(monkeypatch, capsys):
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()                                # this test process goes on
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_partition_state_columns_are_the_rows(seed):
+    """protocol.state_table: the engines' column-wise projection (to Arrow without row dicts) is the
+    table's schema and gives exactly the rows of partition_state_rows, for every partition and for
+    a subset, in key order."""
+    import pyarrow as pa
+
+    from protocol.state_table import PARTITION_COLUMNS, REPLICA_COLUMNS
+    from schemas.tables import arrow_schema, partition_state_arrow, rows_to_arrow
+
+    sch = arrow_schema("partition_state")
+    assert list(PARTITION_COLUMNS) + ["replica_states"] == sch.names
+    assert list(REPLICA_COLUMNS) == [f.name for f in sch.field("replica_states").type.value_type]
+    cl = Cluster(EngineConfig({"delivery.metadata": "explicit"} if seed % 2 else {}))
+    for raw in random_schedule(seed, 400, explicit_md=seed % 2 == 1):
+        ev, _ = validate(raw)
+        if ev is not None:
+            cl.apply(ev)
+    keys = sorted(cl.partitions)
+    for subset in (None, keys[::2], [], [("no-such-topic", 0)] + keys[:1]):
+        rows = cl.partition_state_rows(subset)
+        assert [(r["topic"], r["partition"]) for r in rows] == sorted((r["topic"], r["partition"]) for r in rows)
+        got = partition_state_arrow(*cl.partition_state_columns(subset))
+        assert got.equals(rows_to_arrow("partition_state", rows))
+        assert got.to_pylist() == rows
+        assert got.schema == sch and isinstance(got, pa.Table)
+    assert any(r["replica_states"] for r in cl.partition_state_rows())

@@ -21,7 +21,7 @@ def local_rows(stream, cfg) -> dict:
         eng.feed(raw, text, err)
     tables, state = eng.drain(True)
     tables = dict(tables)
-    tables["partition_state"] = state
+    tables["partition_state"] = state.to_pylist()
     tables["_stats"] = {"n_in": eng.input_rows, "applied": eng.cluster.applied, "rejected": eng.cluster.rejected}
     return tables
 
