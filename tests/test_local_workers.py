@@ -212,3 +212,29 @@ def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path):
     reasons = [r["reason"] for r in read_table(str(tmp_path / "w1"), "rejected").to_pylist()]
     assert sum("seq" in r and "not after" in r for r in reasons) > 5, reasons[:5]
     assert one["rejected"] > 30
+
+
+def test_a_stream_ending_on_a_batch_boundary_ends_with_that_batch(tmp_path):
+    """jobs.local_engine._batches: rows = k * batch_rows gives k batches, the final timers firing in
+    the k-th (no extra batch without input rows that rewrites every partition's state row), with
+    the tables of a replay cut elsewhere; with one row more, k + 1 batches."""
+    import pyarrow.parquet as pq
+
+    from jobs.simulate import simulate
+    s = tmp_path / "s"
+    simulate(str(s), brokers=4, partitions=12, rf=3, duration_ms=8_000, seed=3, fmt="parquet",
+             faults="crash:2@2s+3s")
+    n = sum(pq.ParquetFile(f).metadata.num_rows for f in s.glob("*.parquet"))
+    cut = n // 3 * 3
+    from jobs.bench import cut_stream
+    cut_stream(str(s), cut)
+    cfg = EngineConfig({})
+    third = replay_local(str(s), str(tmp_path / "k"), cfg, batch_rows=cut // 3)
+    assert third["batches"] == 3
+    prog = _progress(tmp_path / "k")
+    assert [r["input_rows"] for r in prog] == [cut // 3] * 3
+    whole = replay_local(str(s), str(tmp_path / "w"), cfg, batch_rows=cut + 1)
+    assert whole["batches"] == 1
+    assert diff_tables(tmp_path / "k", tmp_path / "w") == {}
+    more = replay_local(str(s), str(tmp_path / "m"), cfg, batch_rows=cut // 3 - 1)
+    assert more["batches"] == 4 and [r["input_rows"] for r in _progress(tmp_path / "m")][-1] == 3
