@@ -339,7 +339,7 @@ def partition_state_arrow(cols: dict[str, list], counts: list[int], reps: dict[s
     """The `partition_state` Arrow table of protocol.state_table.partition_state_columns: each column
     converted on its own, replica_states assembled from its flat child columns and the rows' counts
     (no dict per row or per replica). Raises ValueError like rows_to_arrow."""
-    import numpy as np
+    from itertools import accumulate
 
     schema = arrow_schema("partition_state")
     arrays = []
@@ -349,9 +349,8 @@ def partition_state_arrow(cols: dict[str, list], counts: list[int], reps: dict[s
             if name == "replica_states":
                 st = field.type.value_type
                 children = [pa.array(reps[f.name], type=f.type) for f in st]
-                offsets = np.zeros(len(counts) + 1, dtype=np.int32)
-                np.cumsum(counts, out=offsets[1:])
-                arr = pa.ListArray.from_arrays(pa.array(offsets),
+                offsets = pa.array(list(accumulate(counts, initial=0)), type=pa.int32())
+                arr = pa.ListArray.from_arrays(offsets,
                                                pa.StructArray.from_arrays(children, fields=list(st)),
                                                type=field.type)
             else:
