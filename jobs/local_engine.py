@@ -142,7 +142,7 @@ from .runinfo import check_tables_dir, finish_run_info, progress_row, write_run_
 
 
 def _batches(eng: LocalEngine, rows, batch_rows: int):
-    """Feeds `rows` in micro-batches of `batch_rows` input rows: yields (tables, partition_state rows,
+    """Feeds `rows` in micro-batches of `batch_rows` input rows: yields (tables, partition_state (Arrow),
     stats) per batch, the last one with the final timers fired. The batch boundaries depend only on
     the row count, so every worker of a parallel replay cuts the same batches. A stream that ends
     exactly where a batch does ends with that batch: the final timers (which reach nearly every
@@ -221,7 +221,7 @@ def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_ro
 # commits the batch (the batch boundaries are the same in every worker: _batches).
 
 def _replay_workers(stream: str, config: EngineConfig, workers: int, batch_rows: int):
-    """Yields (tables, partition_state rows, stats) per batch, merged over the workers."""
+    """Yields (tables, partition_state (Arrow), stats) per batch, merged over the workers."""
     import multiprocessing as mp
 
     import pyarrow as pa
