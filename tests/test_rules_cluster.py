@@ -296,6 +296,19 @@ def test_partition_state_rows_by_hand():
                   3: (False, False, 103, None, 0)}
 
 
+def test_partition_state_of_a_partition_led_by_broker_0():
+    """Broker id 0 is a valid leader (Kafka's ids start at 0): its leader view is projected; and a
+    partition_state row is one row per partition, idx 0 (protocol.state_table)."""
+    s = S().up(0, 1, 2)
+    s.create([0, 1, 2])
+    s.produce(0, 3, acks=1)
+    out = run_events(s.events, {})
+    (row,) = out["partition_state"]
+    assert (row["leader"], row["leader_leo"], row["leader_leso"], row["idx"]) == (0, 3, 0, 0)
+    assert row["maximal_isr"] == [0, 1, 2]
+    assert [r["role"] for r in row["replica_states"]] == ["LEADER", "FOLLOWER", "FOLLOWER"]
+
+
 def test_partition_state_shows_the_pending_alter_partition():
     s = S().up(1, 2, 3)
     s.create([1, 2, 3])
