@@ -240,3 +240,34 @@ def test_appends_in_one_epoch_and_incarnation_extend_one_run():
     assert lg.append(1, 1, 2) == 10 and lg.append(1, 1, 1) == 12
     assert lg.runs == [(0, 0, 0), (5, 1, 0), (10, 1, 1)]
     assert lg.leo == 13 and lg.cache == [(0, 0), (1, 5)]
+
+
+# ---------------------------------------------------------------- C6 getOffsetTruncationState
+@pytest.mark.parametrize("cache, leo, e, o, want", [
+    # the follower has no epoch <= the leader's diverging epoch e (all its epochs are older):
+    # endOffsetFor is UNDEFINED, so it truncates to the leader's end offset, capped at its LEO
+    ([(1, 0)], 10, 3, 7, 7),
+    ([(1, 0)], 10, 3, 15, 10),
+    # its floor epoch for e is another epoch (here 0, the lowest there is): its own end offset
+    # of that epoch, not the leader's -- whatever the leader's end offset is
+    ([(0, 0), (3, 6)], 9, 2, 8, 6),
+    ([(0, 0), (3, 6)], 9, 2, 4, 6),
+    ([(1, 0), (3, 6)], 9, 2, 8, 6),
+    # the same epoch on both sides: the smaller of the two end offsets
+    ([(2, 0), (3, 5)], 9, 2, 7, 5),
+    ([(2, 0), (3, 5)], 9, 2, 3, 3),
+    ([(0, 0), (2, 4)], 9, 2, 7, 7),
+])
+def test_truncate_on_divergence_picks_kafkas_truncation_offset(cache, leo, e, o, want):
+    from types import SimpleNamespace
+
+    from protocol.broker.follower import truncate_on_divergence
+    from protocol.replica import Replica
+    changed = []
+    p = SimpleNamespace(inv=SimpleNamespace(on_log_change=lambda part, rep: changed.append(rep.broker)))
+    frep = Replica(2)
+    frep.log = log_with(cache, leo)
+    row = {}
+    truncate_on_divergence(p, frep, e, o, row)
+    assert row == {"truncated_to": want}
+    assert frep.log.leo == want and changed == [2]
