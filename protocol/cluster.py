@@ -341,13 +341,16 @@ class Cluster:
             raise Reject(f"broker {b} has never registered (BrokerRegister must come first)")
         return br
 
-    def _new_partition(self, topic: str, partition: int, ts: int) -> Partition:
+    def _new_partition(self, topic: str, partition: int, ts: int, config: dict | None = None) -> Partition:
+        """A partition this cluster creates, with its partition-level config overrides."""
         p = Partition(self, topic, partition)
         p.inv = Invariants()
         p.tdone = ts
         p.set_t_next()
         self.partitions[p.key] = p
         self.by_topic[topic].add(p.key)
+        if config:
+            p.config = config
         p.refresh_conf()
         return p
 
@@ -359,33 +362,32 @@ class Cluster:
         (#validateManualPartitionAssignment); no active replica."""
         topic, part, seq, ts = ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"]
         replicas = list(ev["replicas"])
-
-        def fail(err, detail):
-            self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},
-                         topic, part, seq, ts)
         if self.has((topic, part)):
-            return fail("TOPIC_ALREADY_EXISTS", f"Partition {topic}-{part} already exists.")
-        cfg = {}
+            return self._create_refused(ev, "TOPIC_ALREADY_EXISTS", f"Partition {topic}-{part} already exists.")
+        cfg = None
         if ev.get("config"):
             bad = topic_config_error(ev["config"])
             if bad:
-                return fail(*bad)
+                return self._create_refused(ev, *bad)
             cfg = validate_topic_config(ev["config"])
         bad = admin.assignment_error(self.brokers, replicas)
         if bad:
-            return fail("INVALID_REPLICA_ASSIGNMENT", bad)
+            return self._create_refused(ev, "INVALID_REPLICA_ASSIGNMENT", bad)
         isr = admin.initial_isr(self.brokers, replicas)
         if not isr:
-            return fail("INVALID_REPLICA_ASSIGNMENT", f"All brokers specified in the manual partition assignment for "
-                                                      f"partition {part} are fenced or in controlled shutdown.")
-        p = self._new_partition(topic, part, ts)
-        p.config = cfg
-        p.refresh_conf()
+            return self._create_refused(ev, "INVALID_REPLICA_ASSIGNMENT",
+                                        f"All brokers specified in the manual partition assignment for "
+                                        f"partition {part} are fenced or in controlled shutdown.")
+        p = self._new_partition(topic, part, ts, cfg)
         self.begin(p, seq, ts)
         p.emit("admin", {"type": "CreatePartition", "broker": None, "result": "NONE", "detail": None})
         replication.register_new(p, "CreatePartition", replicas=replicas, isr=isr, leader=isr[0],
                                  elr=p.elr, lke=p.lke, lrs=p.lrs)
         self.end(p)
+
+    def _create_refused(self, ev, err: str, detail: str) -> None:
+        self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},
+                     ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"])
 
     def _unknown_partition(self, ev, typ: str, msg: str) -> None:
         """An admin request for a partition this stream never created: UNKNOWN_TOPIC_OR_PARTITION.
@@ -421,9 +423,10 @@ class Cluster:
             except ConfigError as e:
                 raise Reject(str(e)) from None
         if p is None:
-            p = self._new_partition(topic, part, ts)
-        p.config.update(cfg)
-        p.refresh_conf()
+            p = self._new_partition(topic, part, ts, cfg)
+        elif cfg:
+            p.config.update(cfg)
+            p.refresh_conf()
         self.begin(p, seq, ts)
         replication.register_new(p, "PartitionRecord", replicas=replicas, isr=isr, leader=lead, elr=elr, lke=lke,
                                  leader_epoch=ev["leader_epoch"], partition_epoch=ev["partition_epoch"],

@@ -183,14 +183,25 @@ class EngineConfig:
         validate_topic_config({k: raw[k] for k in TOPIC_KEYS})
         self.base_topic = {k: raw[k] for k in TOPIC_KEYS}
         self._conf_cache: dict[tuple, TopicConf] = {}
+        self._base_conf: TopicConf | None = None
 
     def topic_conf(self, *layers: dict[str, str] | None) -> TopicConf:
+        if not any(layers):
+            # no override at all (most partitions of most streams): the engine's own setting,
+            # asked for by every new partition
+            conf = self._base_conf
+            if conf is None:
+                conf = self._base_conf = self._conf_of(self.base_topic)
+            return conf
         merged = dict(self.base_topic)
         for layer in layers:
             if layer:
                 merged.update(layer)
-        # one shared TopicConf per distinct setting (it is never mutated): creating a partition
-        # asks for it three times, and parsing the strings each time was a tenth of its cost
+        return self._conf_of(merged)
+
+    def _conf_of(self, merged: dict[str, str]) -> TopicConf:
+        # one shared TopicConf per distinct setting (it is never mutated): parsing the strings for
+        # every partition was a tenth of a partition creation's cost
         key = (merged["min.insync.replicas"], merged["unclean.leader.election.enable"],
                merged["unclean.recovery.strategy"])
         cache = self._conf_cache
