@@ -20,7 +20,7 @@ from schemas.events import validate
 from schemas.tables import partition_state_arrow
 
 from .buckets import loose_bucket, owns_fn
-from .streamio import Foreign, from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
+from .streamio import Foreign, Plain, from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
 
 
 def fingerprint(stream, config: EngineConfig, engine: str) -> str:
@@ -84,7 +84,11 @@ class LocalEngine:
         if self.input_rows >= self.young_at:
             self.collect_young()
         cl = self.cluster
-        if raw.__class__ is Foreign:
+        if text.__class__ is Plain:
+            # a plain row read as its event (iter_raw_rows(events=True)): validated already
+            ev = raw
+            seq = ev["seq"]
+        elif raw.__class__ is Foreign:
             # another worker's plain row (iter_raw_rows(foreign=...)): only its place in the order
             ev = None
             seq = raw.seq
@@ -192,7 +196,7 @@ def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_ro
     if workers > 1:
         batches = _replay_workers(stream, config, workers, batch_rows)
     else:
-        batches = _batches(LocalEngine(config), iter_raw_rows(stream), batch_rows)
+        batches = _batches(LocalEngine(config), iter_raw_rows(stream, events=True), batch_rows)
     for batch_id, (tables, state, st) in enumerate(batches):
         tables["progress"] = [progress_row(batch_id, "local", st["input_rows"], st["applied"], st["rejected"],
                                            st["min_seq"], st["max_seq"], st["max_ts"])]
@@ -275,7 +279,7 @@ def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows
     from schemas.tables import rows_to_arrow
     try:
         eng = LocalEngine(EngineConfig(raw_config), k, workers)
-        rows = iter_raw_rows(stream, foreign=eng.cluster.is_foreign)
+        rows = iter_raw_rows(stream, foreign=eng.cluster.is_foreign, events=True)
         for tables, state, st in _batches(eng, rows, batch_rows):
             ipcs = {name: to_ipc(rows_to_arrow(name, rows)) for name, rows in tables.items() if rows}
             ipcs["partition_state"] = to_ipc(state)

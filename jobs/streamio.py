@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from schemas._derive import fits, is_text, safe_text
-from schemas.events import ValidEvent, plain_rows
+from schemas.events import ValidEvent, plain_event_maker, plain_rows
 from schemas.tables import arrow_schema
 
 # Parquet batches find their plain rows column-wise (schemas.events.plain_rows); tests turn it off
@@ -229,6 +229,17 @@ def _column(a) -> tuple[list, bool]:
         return [_scalar(a, i) for i in range(len(a))], False
 
 
+class Plain:
+    """The text slot of a plain Parquet row read with iter_raw_rows(events=True), whose dict is
+    its validated event already (every event column); `names` are the row's own columns, in the
+    file's order, which row_to_json gives back if the core rejects the row."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
+
+
 class Foreign:
     """A plain row (see schemas.events.plain_rows) that the reader's `foreign` predicate gave to
     another worker of a parallel replay: no dict is built for it, since the worker only needs its
@@ -241,7 +252,7 @@ class Foreign:
         self.ts_ms = ts_ms
 
 
-def _iter_parquet(f: Path, batch_rows: int, foreign=None) -> Iterator[RawRow]:
+def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) -> Iterator[RawRow]:
     name = safe_text(f.name)
     try:
         with open(f, "rb"):
@@ -276,12 +287,40 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None) -> Iterator[RawRow]:
         conv = [_column(batch.column(i)) for i in keep]
         cols = [c for c, _ in conv]
         plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
+        make = plain_event_maker(tuple(names)) if plain and events else None
+        if make is not None:
+            yield from _plain_events(names, cols, plain, foreign, make)
+            continue
         if plain and foreign is not None:
             yield from _with_foreign(names, cols, plain, foreign)
             continue
         # the plain rows as ValidEvents (validate only pads them), every other row as a dict
         for ok, vals in zip(plain or repeat(False), zip(*cols)):
             yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
+
+
+def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterator[RawRow]:
+    """_iter_parquet's rows with events=True: a plain row as (its event, Plain, None), made by
+    `make` (schemas.events.plain_event_maker), or Foreign when `foreign` gives it to another
+    worker (see _with_foreign); every other row as its raw dict, for validate()."""
+    layout = Plain(tuple(names))
+    if foreign is None:
+        for ok, vals in zip(plain, zip(*cols)):
+            if ok:
+                yield make(*vals), layout, None
+            else:
+                yield dict(zip(names, vals)), None, None
+        return
+    col = {n: c for n, c in zip(names, cols)}
+    nones = repeat(None)
+    for ok, vals, typ, topic, part, seq, ts in zip(plain, zip(*cols), *(col.get(c, nones) for c in (
+            "type", "topic", "partition", "seq", "ts_ms"))):
+        if not ok:
+            yield dict(zip(names, vals)), None, None
+        elif foreign(typ, topic, part):
+            yield Foreign(seq, ts), None, None
+        else:
+            yield make(*vals), layout, None
 
 
 def _with_foreign(names: list, cols: list, plain: list, foreign) -> Iterator[RawRow]:
@@ -298,14 +337,14 @@ def _with_foreign(names: list, cols: list, plain: list, foreign) -> Iterator[Raw
             yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
 
 
-def iter_file_rows(f: Path, batch_rows: int = 65536, foreign=None) -> Iterator[RawRow]:
+def iter_file_rows(f: Path, batch_rows: int = 65536, foreign=None, events: bool = False) -> Iterator[RawRow]:
     """Rows of one stream file, see iter_raw_rows."""
     if f.suffix.lower() in PARQUET_SUFFIXES:
-        return _iter_parquet(f, batch_rows, foreign)
+        return _iter_parquet(f, batch_rows, foreign, events)
     return _iter_json(f)
 
 
-def iter_raw_rows(path, batch_rows: int = 65536, foreign=None) -> Iterator[RawRow]:
+def iter_raw_rows(path, batch_rows: int = 65536, foreign=None, events: bool = False) -> Iterator[RawRow]:
     """Every row of the stream in stream order, as
     (raw dict or None, raw text or None, parse error or None).
 
@@ -317,15 +356,21 @@ def iter_raw_rows(path, batch_rows: int = 65536, foreign=None) -> Iterator[RawRo
       which ``schemas.events.validate`` accepts.
     * foreign: a worker's predicate (type, topic, partition) -> bool (Cluster.is_foreign); a plain
       Parquet row it holds comes as (Foreign(seq, ts_ms), None, None).
+    * events: a plain Parquet row (schemas.events.plain_rows) comes as (the event dict validate()
+      would return for it, Plain(its columns), None), made without the raw row's dict; a reader
+      that validates every row itself (the Spark source, the bench's core) leaves it off.
     """
     for f in list_stream_files(path):
-        yield from iter_file_rows(f, batch_rows, foreign)
+        yield from iter_file_rows(f, batch_rows, foreign, events)
 
 
 def row_to_json(raw: Optional[dict], raw_text: Optional[str] = None) -> str:
     """The JSON text of a raw row for ``rejected.raw``: the original line when
     there is one, otherwise the dict without its null columns."""
-    if raw_text is not None:
+    if raw_text.__class__ is Plain:
+        # a plain row read as its event (iter_raw_rows(events=True)): its own columns, in its order
+        raw = {n: raw[n] for n in raw_text.names}
+    elif raw_text is not None:
         return safe_text(raw_text)
     if raw is None:
         return "null"

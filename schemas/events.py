@@ -773,6 +773,29 @@ class ValidEvent(dict):
 
 
 _PAD = dict.fromkeys(EVENT_COLUMNS)
+_MAKERS: dict[tuple, Any] = {}
+
+
+def plain_event_maker(names: tuple[str, ...]):
+    """make(*values) -> the event validate() returns for a plain row with these columns, in this
+    order (`_PAD | ValidEvent(zip(names, values))`: every event column, in EVENT_COLUMNS order),
+    built without the row's own dict: a copy of the padding and one store per column, ~0.6 us a
+    row against ~2 us for the row dict and its padding. None when `names` are not distinct event
+    columns. One function per column layout, generated from the names (event columns only, so no
+    text of the input reaches the generated code)."""
+    make = _MAKERS.get(names)
+    if make is None:
+        if len(set(names)) != len(names) or not set(names) <= _PAD.keys():
+            return None
+        args = ", ".join(f"v{i}" for i in range(len(names)))
+        stores = "".join(f"    e[{c!r}] = v{i}\n" for i, c in enumerate(names))
+        ns = {"_copy": _PAD.copy}
+        exec(compile(f"def make({args}):\n    e = _copy()\n{stores}    return e\n",
+                     f"<plain event {','.join(names)}>", "exec"), ns)
+        if len(_MAKERS) >= 256:          # bounded whatever layouts the stream's files have
+            _MAKERS.clear()
+        make = _MAKERS[names] = ns["make"]
+    return make
 
 
 def _plain_columns(model: type[EventBase]) -> Optional[dict[str, tuple["_Spec", bool]]]:

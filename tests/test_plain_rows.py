@@ -120,7 +120,18 @@ def test_plain_rows_agree_with_the_row_path(tmp_path_factory, monkeypatch, case)
     path = tmp_path_factory.mktemp("plain") / "part-00000.parquet"
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
     fast, slow = _read_both(path, monkeypatch)
-    assert len(fast) == len(slow) == len(rows)
+    events = list(iter_file_rows(path, events=True))
+    assert len(fast) == len(slow) == len(events) == len(rows)
+    for (a, ta, _), (e, te, ee), (b, _, _) in zip(fast, events, slow):
+        # read as events: a plain row is validate()'s own event (key order included) and gives the
+        # row path's rejected.raw back; every other row is the raw dict, as without events
+        assert ta is None and ee is None
+        if type(a) is E.ValidEvent:
+            assert type(te) is sio.Plain and type(e) is dict
+            assert list(e) == list(E.EVENT_COLUMNS) and (e, None) == E.validate(b)
+            assert row_to_json(e, te) == row_to_json(b)
+        else:
+            assert te is None and type(e) is dict and list(e.items()) == list(a.items())
     for (a, _, ea), (b, _, eb), row in zip(fast, slow, rows):
         assert ea is None and eb is None and type(b) is dict
         # the raw row: same keys, order and values (rejected.raw's JSON), ValidEvent or not
@@ -161,6 +172,7 @@ def test_a_canonical_stream_is_read_plain(tmp_path, monkeypatch):
     kinds = [type(a) is E.ValidEvent for a, _, _ in fast]
     assert kinds == [r["type"] in ("Fetch", "Produce") and r["fetch_offset"] is None for r in rows]
     assert sum(kinds) == 160
+    assert [type(t) is sio.Plain for _, t, _ in iter_file_rows(path, events=True)] == kinds
     for (a, _, _), (b, _, _) in zip(fast, slow):
         assert E.validate(a) == E.validate(b)
 
@@ -189,3 +201,37 @@ def test_a_batch_the_check_cannot_read_takes_the_row_path():
     assert E.plain_rows(b) is None
     b = pa.RecordBatch.from_arrays([pa.array(["1"]), pa.array(["Fetch"])], ["seq", "type"])
     assert E.plain_rows(b) is None
+
+
+def test_a_plain_row_the_core_rejects_keeps_its_raw_json(tmp_path, monkeypatch):
+    """The in-process replay reads plain rows as events (iter_raw_rows(events=True)). A plain row
+    the core rejects -- here fetches and produces for a partition never created, and one out of
+    order -- still gets the row path's rejected.raw: its own columns, in the file's order."""
+    from jobs.local_engine import LocalEngine, _batches
+    from jobs.streamio import iter_raw_rows
+    from protocol.config import EngineConfig
+    cols = ["type", "seq", "ts_ms", "topic", "partition", "broker", "broker_epoch", "previous_broker_epoch",
+            "target", "records", "acks", "replicas"]
+    rows = [dict(type="BrokerRegister", seq=1, ts_ms=1, broker=1, broker_epoch=10, previous_broker_epoch=-1),
+            dict(type="BrokerUnfence", seq=2, ts_ms=2, broker=1),
+            dict(type="CreatePartition", seq=3, ts_ms=3, topic="t", partition=0, replicas=[1]),
+            dict(type="Fetch", seq=4, ts_ms=4, topic="t", partition=7, broker=1, target=1),
+            dict(type="Produce", seq=5, ts_ms=5, topic="u", partition=0, broker=1, records=2, acks=-1),
+            dict(type="Produce", seq=6, ts_ms=6, topic="t", partition=0, broker=1, records=2, acks=1),
+            dict(type="Fetch", seq=6, ts_ms=7, topic="t", partition=0, broker=1)]
+    schema = pa.schema([E.EVENT_ARROW_SCHEMA.field(c) for c in cols])
+    s = tmp_path / "s"
+    s.mkdir()
+    pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows], schema=schema),
+                   s / "part-00000.parquet")
+    assert sum(type(t) is sio.Plain for _, t, _ in iter_raw_rows(s, events=True)) == 6  # all but the creation
+
+    def rejected(events):
+        [(tables, _, _)] = list(_batches(LocalEngine(EngineConfig({})), iter_raw_rows(s, events=events), 100))
+        return tables["rejected"]
+    got = rejected(True)
+    assert len(got) == 3 and got == rejected(False)
+    assert [r["raw"] for r in got] == [
+        '{"type":"Fetch","seq":4,"ts_ms":4,"topic":"t","partition":7,"broker":1,"target":1}',
+        '{"type":"Produce","seq":5,"ts_ms":5,"topic":"u","partition":0,"broker":1,"records":2,"acks":-1}',
+        '{"type":"Fetch","seq":6,"ts_ms":7,"topic":"t","partition":0,"broker":1}']
