@@ -280,6 +280,10 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
         engines = [e for e in engines if e != "import"]
         if not engines:         # `--engines import`: no replay streams to generate
             partition_counts = ()
+    if "local-compiled" in engines and partition_counts:
+        # the compiled core (jobs/compiled.py), built from this checkout's protocol/ if not yet
+        from jobs import compiled
+        log("[bench] compiled core: " + str(compiled.build(log=lambda m: log(f"[bench] {m}"))))
     with contextlib.ExitStack() as stack:
         kafka = None
         if "kafka" in engines and partition_counts:
@@ -297,12 +301,27 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
     return results
 
 
+def _compiled_env() -> dict:
+    return dict(os.environ, ISRFLOW_CORE="compiled")
+
+
+def _core_compiled(stream: str) -> dict:
+    """core_measure in a process that runs the compiled core (the bench's own runs the pure one)."""
+    code = "import json, sys, jobs; from jobs.bench import core_measure; print(json.dumps(core_measure(sys.argv[1])))"
+    p = subprocess.run([sys.executable, "-c", code, stream], env=_compiled_env(), capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr[-2000:]}
+    return json.loads(p.stdout)
+
+
 def _replay_argv(isrflow: str, eng: str, stream: str, tables, kafka, topic: str) -> list[str]:
     if eng == "kafka":
         return [isrflow, "replay", "--source", "kafka", "--bootstrap-servers", kafka.bootstrap_servers,
                 "--topic", topic, "--tables", str(tables), "--engine", "spark"]
     if eng == "local2":
         return [isrflow, "replay", stream, "--tables", str(tables), "--engine", "local", "--workers", "2"]
+    if eng == "local-compiled":
+        return [isrflow, "replay", stream, "--tables", str(tables), "--engine", "local"]
     return [isrflow, "replay", stream, "--tables", str(tables), "--engine", eng]
 
 
@@ -321,6 +340,10 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
         entry["core"] = core_measure(stream)
         log(f"[bench]   core: {entry['core']['core_events_per_s']:,} events/s, "
             f"{entry['core']['state_bytes_per_partition']} state bytes/partition")
+    if "local-compiled" in engines:
+        entry["core_compiled"] = c = _core_compiled(stream)
+        log(f"[bench]   core, compiled: {c['core_events_per_s']:,} events/s" if "core_events_per_s" in c
+            else f"[bench]   core, compiled: failed: {c['error']}")
     topic = f"isrflow-bench-{n}"
     if kafka is not None:
         pub = run_measured([isrflow, "publish", stream, "--bootstrap-servers", kafka.bootstrap_servers,
@@ -332,7 +355,8 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
     for eng in [e for e in engines if e != "spark-batches"]:
         tables = base / f"tables-{n}-{eng}"
         shutil.rmtree(tables, ignore_errors=True)
-        r = run_measured(_replay_argv(isrflow, eng, stream, tables, kafka, topic))
+        r = run_measured(_replay_argv(isrflow, eng, stream, tables, kafka, topic),
+                         env=_compiled_env() if eng == "local-compiled" else None)
         if r["returncode"] == 0:
             got = (r.get("summary") or {}).get("input_rows")
             if got is not None and got != sim["rows"]:
@@ -361,7 +385,11 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
                 f"failed: {r.get('error')}"))
             shutil.rmtree(tables, ignore_errors=True)
         shutil.rmtree(small, ignore_errors=True)
-    for a, b in (("spark", "local"), ("kafka", "spark"), ("local2", "local"), ("spark", "local2")):
+    if entry.get("core_compiled", {}).get("core_events_per_s") and entry.get("core"):
+        entry["core_compiled_over_core"] = round(entry["core_compiled"]["core_events_per_s"]
+                                                 / entry["core"]["core_events_per_s"], 2)
+    for a, b in (("spark", "local"), ("kafka", "spark"), ("local2", "local"), ("spark", "local2"),
+                 ("local-compiled", "local")):
         if entry.get(a, {}).get("events_per_s") and entry.get(b, {}).get("events_per_s"):
             entry[f"{a}_over_{b}"] = round(entry[a]["events_per_s"] / entry[b]["events_per_s"], 2)
     entry["bench_peak_rss_mb"] = _self_peak_rss_mb()
@@ -370,14 +398,17 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
 
 
 def format_table(results: dict) -> str:
-    hdr = ["partitions", "rows", "core ev/s", "local ev/s", "local2 ev/s", "spark ev/s", "spark/local", "kafka ev/s",
+    hdr = ["partitions", "rows", "core ev/s", "core ev/s compiled", "local ev/s", "local ev/s compiled",
+           "local2 ev/s", "spark ev/s", "spark/local", "kafka ev/s",
            "kafka/spark", "local RSS MB", "spark RSS MB", "state B/part", "RT factor (spark)",
            "spark 1k-row batch s (delta-rs / delta-spark)", "bench RSS MB"]
     lines = [" | ".join(hdr)]
     for e in results["runs"]:
         loc, spk, core = e.get("local", {}), e.get("spark", {}), e.get("core", {})
         lines.append(" | ".join(str(x) for x in [
-            e["partitions"], e["rows"], core.get("core_events_per_s", "-"), loc.get("events_per_s", "-"),
+            e["partitions"], e["rows"], core.get("core_events_per_s", "-"),
+            e.get("core_compiled", {}).get("core_events_per_s", "-"), loc.get("events_per_s", "-"),
+            e.get("local-compiled", {}).get("events_per_s", "-"),
             e.get("local2", {}).get("events_per_s", "-"), spk.get("events_per_s", "-"), e.get("spark_over_local", "-"),
             e.get("kafka", {}).get("events_per_s", "-"), e.get("kafka_over_spark", "-"), loc.get("peak_rss_mb", "-"),
             spk.get("peak_rss_mb", "-"), core.get("state_bytes_per_partition", "-"),

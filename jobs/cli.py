@@ -318,7 +318,9 @@ def _analysis_parsers(sub) -> None:
     p.add_argument("--partitions", default="1000,10000,100000", help="comma-separated partition counts")
     p.add_argument("--events", type=int, default=1_000_000, help="events per stream")
     p.add_argument("--engines", default="local,spark",
-                   help="comma-separated: local, local2 (the local engine with --workers 2), spark, kafka (the "
+                   help="comma-separated: local, local2 (the local engine with --workers 2), local-compiled (the "
+                        "local engine and the core with ISRFLOW_CORE=compiled: protocol/ built by mypyc, built "
+                        "first if needed), spark, kafka (the "
                         "Spark engine reading a topic of a one-broker Kafka 4.4.0 on loopback, after `isrflow "
                         "publish`), spark-batches (the Spark engine's latency per 1,000-row micro-batch, one file per "
                         "batch after the set-up rows, with each sink), import (metadata-log import + audit)")

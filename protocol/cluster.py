@@ -11,6 +11,7 @@ partition (admin rows of broker registrations, rejections of broker-scoped rows)
 emitted only by the Cluster with `emit_global=True`.
 """
 from __future__ import annotations
+from typing import Any
 
 from collections import defaultdict
 from functools import partial
@@ -84,7 +85,7 @@ class Cluster:
         # (`part`), so a micro-batch costs what it touches, not the bucket's size. The in-process
         # engine never has any.
         self.cold = ColdPartitions()
-        self.thaw_fn = None
+        self.thaw_fn: Any = None
         # the decoded partitions by broker hosted and by topic (the cold ones: self.cold answers);
         # ask through hosted() and topic_keys(), which see both
         self.by_broker: dict[int, set] = defaultdict(set)
@@ -99,7 +100,7 @@ class Cluster:
         self.out = Out()
         self.applied = 0
         self.rejected = 0
-        self.sess_next = None       # earliest broker-session expiry (None: none pending)
+        self.sess_next: Any = None       # earliest broker-session expiry (None: none pending)
         self._handlers = {typ: _bind(self, route) for typ, route in EVENTS.items()}
 
     # ------------------------------------------------------------------ indexes
@@ -132,14 +133,14 @@ class Cluster:
 
     def hosted(self, b: int) -> list[Partition]:
         """The partitions broker b hosts, in key order (cold ones decoded)."""
-        keys = self.by_broker.get(b, ())
+        keys: Any = self.by_broker.get(b, ())
         if self.cold:
             keys = [*keys, *self.cold.on_broker(b)]
-        return [self.part(k) for k in sorted(keys)]
+        return [self.part(k) for k in sorted(keys)]  # type: ignore[misc]
 
     def topic_keys(self, topic: str) -> list[tuple]:
         """The keys of `topic`'s partitions here, in key order (hot and cold)."""
-        keys = self.by_topic.get(topic, ())
+        keys: Any = self.by_topic.get(topic, ())
         if self.cold:
             keys = [*keys, *self.cold.of_topic(topic)]
         return sorted(keys)
@@ -196,7 +197,7 @@ class Cluster:
         row.update(topic=topic, partition=partition, seq=seq, idx=idx, ts_ms=ts)
         self.out.add(table, row)
 
-    def reject(self, ev: dict, raw: str | None, reason: str, scoped: bool) -> None:
+    def reject(self, ev: dict, raw: str | None, reason: Any, scoped: bool) -> None:
         self.rejected += 1
         if scoped or self.emit_global:
             self.out.add("rejected", {"topic": ev.get("topic"), "partition": ev.get("partition"),
@@ -280,7 +281,7 @@ class Cluster:
             # one stored with it: only those due by ts are decoded (the others would fire nothing)
             keys += self.cold.due_by(ts)
         for key in sorted(keys):
-            p = self.part(key)
+            p: Any = self.part(key)
             if p.tdone < ts:
                 advance(p, ts)
                 self.touched.add(key)
@@ -527,7 +528,7 @@ class Cluster:
         channels.deliver_alter_partition_response(p)
         self.end(p)
 
-    def _data(self, serve, ev) -> None:
+    def _data(self, serve: Any, ev: dict) -> None:
         """A produce or a follower fetch: the invariants run only if something changed."""
         p = self.partitions.get((ev["topic"], ev["partition"])) or self.partition_of(ev)
         if ev["broker"] not in self.brokers:
@@ -601,8 +602,7 @@ def partition_scoped(typ: str, partition) -> bool:
 
 def _bind(cl: Cluster, route: tuple):
     """A table row's handler bound to one cluster: handler(ev), or framing(action, ev)."""
-    handler = route[1].__get__(cl)
-    return partial(handler, route[2]) if len(route) > 2 else handler
+    return partial(route[1], cl, route[2]) if len(route) > 2 else partial(route[1], cl)
 
 
 # the rule evaluated once per type for Cluster.apply: True / False, or None where the row decides

@@ -7,10 +7,15 @@ and the ghost state is then rebased on the new reality so one loss is reported o
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import TYPE_CHECKING
 
 from .config import effective_min_isr
 from .log import first_mismatch, runs_prefix
 from .messages import LEADER
+from .replica import Produce, Replica
+
+if TYPE_CHECKING:
+    from .partition import Partition
 
 
 MAX_RANGES = 8
@@ -37,7 +42,7 @@ class Invariants:
     def violation(self, p, name: str, detail: str) -> None:
         p.emit("violations", {"invariant": name, "detail": detail})
 
-    def on_leader_hwm(self, p, rep, hw: int) -> None:
+    def on_leader_hwm(self, p: Partition, rep: Replica, hw: int) -> None:
         """A leader's HWM advanced: those records are committed (the true HWM)."""
         log = rep.log
         end = self.committed_end
@@ -73,7 +78,7 @@ class Invariants:
     def new_leadership(self, p, rep) -> None:
         self.dirty = True
 
-    def on_acked(self, p, pr) -> None:
+    def on_acked(self, p: Partition, pr: Produce) -> None:
         """Acked ranges per record identity as [start, end, acked count]; at most MAX_RANGES per
         identity (the closest ones merge, keeping their exact count) so state stays bounded."""
         ranges = self.acked.setdefault((pr.epoch, pr.inc), [])
@@ -89,7 +94,7 @@ class Invariants:
                 a, b = ranges[i], ranges.pop(i + 1)
                 a[1], a[2] = b[1], a[2] + b[2]
 
-    def on_consumed(self, p, rep, start: int, end: int) -> None:
+    def on_consumed(self, p: Partition, rep: Replica, start: int, end: int) -> None:
         log = rep.log
         m = None
         if self.consumed_end:
@@ -126,7 +131,7 @@ class Invariants:
         self.dirty = True
 
     # -------------------------------------------------------------- end of event
-    def after_event(self, p) -> None:
+    def after_event(self, p: Partition) -> None:
         if not self.dirty:
             return
         self.dirty = False
@@ -165,7 +170,7 @@ class Invariants:
                     self.violation(p, "LeaderCandidateCompleteness",
                                    f"replica {r} is in the {where} with LEO {rep.log.leo} below the true HWM {end}")
 
-    def _quorum_superset(self, p, lrep) -> None:
+    def _quorum_superset(self, p: Partition, lrep: Replica) -> None:
         """ReplicationQuorumSuperset, for the current (non-stale) leader."""
         if len(lrep.committed_isr) < effective_min_isr(p.conf.min_isr, len(lrep.assignment)):
             return
@@ -217,7 +222,7 @@ class Invariants:
                                        f"({a.log.hwm}, {o.log.hwm}): {_fmt(a.log.identity_at(m))} vs "
                                        f"{_fmt(o.log.identity_at(m))}")
 
-    def _leader_complete(self, p, lrep) -> None:
+    def _leader_complete(self, p: Partition, lrep: Replica) -> None:
         """LeaderCompleteness, AckedRecordsDurable and ConsistentRead against the controller's leader."""
         log = lrep.log
         end = self.committed_end

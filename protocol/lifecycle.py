@@ -8,6 +8,7 @@ for that partition (controller.replication) and the broker process's own effect 
 Handlers take the Cluster (`cl`) and the event; they are listed in cluster.EVENTS.
 """
 from __future__ import annotations
+from typing import Any
 
 from . import channels
 from .broker import leader, storage
@@ -211,7 +212,8 @@ def broker_fence(cl, ev):
 def accept_pending(cl, br: Broker, seq: int, ts: int, timer: bool) -> None:
     """The refused registration's retry, once the old session is gone (the broker retries
     every second; modelled at the moment the session ends)."""
-    _, be, pbe = br.pend
+    pend: Any = br.pend
+    _, be, pbe = pend
     unf = br.pend_unfence
     br.pend = None
     br.pend_unfence = False

@@ -12,6 +12,7 @@ Rule ids in comments refer to docs/kafka_rules.md (A = controller, B = leader re
 C = fetch and divergence). Everything is pure: events in, output rows out. No clock, no I/O.
 """
 from __future__ import annotations
+from typing import TYPE_CHECKING, Any, ClassVar
 
 
 from . import channels as _channels
@@ -22,9 +23,12 @@ from .messages import (NO_CHANGE, NO_LEADER, ONLINE, PREFERRED, RECOVERED, RECOV
 from .replica import Replica
 from .timers import set_t_next as _set_t_next
 
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
 
 class Partition:
-    channels = _channels        # the bridge the controller and the brokers talk through
+    channels: ClassVar[Any] = _channels        # the bridge the controller and the brokers talk through
 
     __slots__ = ("cl", "topic", "partition", "key",
                  # controller registration (A1)
@@ -44,7 +48,7 @@ class Partition:
                  # the hosts the router's by_broker index holds p under (derived, not encoded)
                  "indexed")
 
-    def __init__(self, cluster, topic: str, partition: int):
+    def __init__(self, cluster: Cluster, topic: str, partition: int):
         self.cl = cluster
         self.topic = topic
         self.partition = partition
@@ -69,7 +73,7 @@ class Partition:
         self.ap_requests: list = []
         self.ap_responses: list = []
         self.next_pid = 1
-        self.retry = None            # (leader, pid) to resubmit at the next event (immediate mode)
+        self.retry: Any = None            # (leader, pid) to resubmit at the next event (immediate mode)
         self.tdone = 0
         self.t_next = 0
         self.t_wake = 0
@@ -77,7 +81,7 @@ class Partition:
         self.cur_seq = 0
         self.now = 0
         self.idx = 0
-        self.inv = None
+        self.inv: Any = None
         self.unclean: dict[int, int] = {}
         self.indexed: set[int] = set()
 

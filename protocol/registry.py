@@ -2,6 +2,7 @@
 Kafka 4.4.0). A broker's metadata cache holds BrokerReg records with the same field names, so
 readers take either (immediate delivery reads the registry itself)."""
 from __future__ import annotations
+from typing import Any
 
 from .messages import BrokerReg, PendingRegistration
 
@@ -28,7 +29,7 @@ class Broker:
         self.alive = False
         self.proc_epoch = -1
         self.sess_epoch = -1        # epoch whose session the controller tracks (-1: none)
-        self.sess_last = None       # last contact once heartbeats stopped; None: still heartbeating
+        self.sess_last: Any = None       # last contact once heartbeats stopped; None: still heartbeating
         self.sess_seq = 0           # seq of the row that last changed the session (rows it causes)
         self.pend: PendingRegistration | None = None   # a refused registration, retried later
         self.pend_unfence = False   # the refused incarnation asked to be unfenced meanwhile

@@ -1,6 +1,7 @@
 """Broker-side state of one partition on one broker: its log, its materialized metadata,
 and -- while it leads -- Kafka's leader state (Partition.scala / Replica.scala)."""
 from __future__ import annotations
+from typing import Any
 
 from .log import ReplicaLog
 from .messages import FOLLOWER, LEADER
@@ -127,7 +128,7 @@ class Replica:
     def reset_memory(self) -> None:
         """What a process restart forgets: everything but the log."""
         self.md_seq = -1
-        self.role = None
+        self.role: Any = None
         self.leader = -1
         self.leader_epoch = -1
         self.partition_epoch = -1
@@ -137,8 +138,8 @@ class Replica:
         self.clear_leader_state()
 
     def clear_leader_state(self) -> None:
-        self.leso = None
-        self.isr_state = _NO_ISR
+        self.leso: Any = None
+        self.isr_state: Any = _NO_ISR
         self.followers: dict[int, FollowerState] = {}
         self.purgatory: list[Produce] = []
 

@@ -5,6 +5,9 @@ produce times out at its deadline. Each partition has fired every timer due at o
 A timer's rows carry the timer's time and the seq of the partition's latest event.
 """
 from __future__ import annotations
+from typing import TYPE_CHECKING
+if TYPE_CHECKING:
+    from .partition import Partition
 
 from .broker import leader as _leader
 from .controller import admin as _admin
@@ -21,7 +24,7 @@ def _ceil_to(t: int, iv: int) -> int:
     return -(-t // iv) * iv
 
 
-def next_timer(p, los: list, hi: int) -> Timer | None:
+def next_timer(p: Partition, los: list, hi: int) -> Timer | None:
     """The earliest due timer or None. Periodic kinds fire at multiples of their interval in
     [los[kind], hi]; produce deadlines at any time <= hi."""
     cfg = p.cl.config
@@ -65,7 +68,7 @@ def fire(p, timer: Timer) -> None:
         _leader.expire_produces(p, p.reps[timer.broker], timer.time)
 
 
-def advance(p, ts: int) -> None:
+def advance(p: Partition, ts: int) -> None:
     """Fire every timer due at or before `ts`, in time order."""
     td = p.tdone
     if ts <= td:
@@ -104,7 +107,7 @@ def advance(p, ts: int) -> None:
     set_t_next(p)
 
 
-def set_t_next(p) -> None:
+def set_t_next(p: Partition) -> None:
     """The first periodic multiple after tdone (the fast path of advance)."""
     cfg = p.cl.config
     td = p.tdone

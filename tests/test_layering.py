@@ -112,6 +112,10 @@ PROTOCOL_ROOMS = {
                                   "state_table", "lifecycle"},
     "codec": PROTOCOL_LEAVES | {"cluster", "partition", "invariants"},
 }
+# Imports for annotations only (under `if TYPE_CHECKING:`, never run): the broker's handlers, the
+# clock and the invariant checker take the Partition they act on (and a Partition its Cluster), typed so that the compiled core (jobs/compiled.py, mypyc)
+# reads its slots directly. Nothing else may cross a room that way.
+TYPE_ONLY = {"broker": {"partition"}, "timers": {"partition"}, "invariants": {"partition"}, "partition": {"cluster"}}
 # the only modules that import both controller/ and broker/: the bridge, and the drivers that start
 # work in both (the router with its broker life-cycle handlers, and the clock)
 BRIDGES = {"channels", "timers", "cluster", "lifecycle"}
@@ -121,7 +125,12 @@ def _protocol_imports(path: Path, root: Path):
     """(line, protocol room) for every import of a protocol module from `path`."""
     pkg = path.relative_to(root / "protocol").parts[:-1]
     tree = ast.parse(path.read_text(), filename=str(path))
+    type_only = _type_checking_imports(tree)
+    allowed = TYPE_ONLY.get(_room_of(path, root), set())
     for node in ast.walk(tree):
+        if id(node) in type_only and isinstance(node, ast.ImportFrom) and node.level and node.module \
+                and node.module.split(".")[0] in allowed:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = list(pkg[:len(pkg) - (node.level - 1)]) if node.level > 1 else list(pkg)
@@ -142,6 +151,15 @@ def _protocol_imports(path: Path, root: Path):
                 parts = a.name.split(".")
                 if parts[0] == "protocol" and len(parts) > 1:
                     yield node.lineno, parts[1]
+
+
+def _type_checking_imports(tree) -> set[int]:
+    """ids of the import nodes inside `if TYPE_CHECKING:` blocks (no else: those run)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return out
 
 
 def _room_of(path: Path, root: Path) -> str:
@@ -189,7 +207,14 @@ def test_the_room_checker_catches_a_crossing(tmp_path, monkeypatch):
                                                                "from ..messages import A\n")
     (tmp_path / "protocol" / "broker" / "y.py").write_text("from protocol.controller.replication import c\n")
     (tmp_path / "protocol" / "invariants.py").write_text("from . import channels\n")
+    # a type-only import is let through only where TYPE_ONLY says, and only under TYPE_CHECKING
+    (tmp_path / "protocol" / "broker" / "z.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..partition import Partition\n"
+        "    from ..controller import replication\nfrom ..partition import P2\n")
     got = _room_violations(tmp_path)
+    assert not any("broker/z.py:3 " in g for g in got)
+    assert any("broker/z.py:4 imports protocol.controller" in g for g in got)
+    assert any("broker/z.py:5 imports protocol.partition" in g for g in got)
     assert any("controller/x.py:1 imports protocol.broker" in g for g in got)
     assert any("broker/y.py:1 imports protocol.controller" in g for g in got)
     assert any("invariants.py:1 imports protocol.channels" in g for g in got)
@@ -210,13 +235,14 @@ def test_no_function_over_80_lines():
 
 # ---------------------------------------------------------------- wings of jobs/
 # jobs/ is everything around the core, in wings that depend on each other in one direction only:
-# io (reading streams, writing tables, the run record, where the JARs are) is the floor; the engines
-# stand on it; the simulator drives the core through them; the metadata-log import/audit and the
-# lab (a real Kafka cluster) stand on io and the engines; analysis (compare, report) reads tables;
+# io (reading streams, writing tables, the run record, where the JARs and the compiled core are) is the
+# floor; the engines stand on it; the simulator drives the core through them; the metadata-log
+# import/audit and the lab (a real Kafka cluster) stand on io and the engines; analysis (compare,
+# report) reads tables;
 # the front doors (the CLI, the bench, the spark-submit entry) may reach every wing and nothing
 # reaches them. A module with no wing fails the test, so a new file has to be placed on purpose.
 JOB_WINGS = {
-    "io": {"streamio", "delta_sink", "runinfo", "jars"},
+    "io": {"streamio", "delta_sink", "runinfo", "jars", "compiled"},
     "engines": {"local_engine", "spark_engine", "spark_source", "spark_session", "spark_sql", "kafka_source",
                 "buckets"},
     "sim": {"simulate", "sim_core"},

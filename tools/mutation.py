@@ -254,8 +254,9 @@ DESELECT: list[str] = []
 
 
 def run_tier(work: Path, tier: list[str], timeout: float, lock: "_Lock") -> tuple[str, float, str]:
+    # the mutants are .py sources: the compiled core (ISRFLOW_CORE, jobs/compiled.py) must not run
     env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1",
-               HYPOTHESIS_STORAGE_DIRECTORY=str(work / ".hypothesis"))
+               HYPOTHESIS_STORAGE_DIRECTORY=str(work / ".hypothesis"), ISRFLOW_CORE="pure")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            "--no-header", "-o", "addopts=", *tier, *(f"--deselect={d}" for d in DESELECT)]
     lock.acquire()

@@ -10,7 +10,12 @@ without running them. Everything after those checks is the same code for both pa
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Optional
+
 from ..messages import FOLLOWER, LEADER
+from ..replica import Replica
+if TYPE_CHECKING:
+    from ..partition import Partition
 from . import follower, leader
 
 _fetch_row = follower.fetch_row
@@ -20,7 +25,7 @@ _apply_records = follower.apply_records
 _fetcher_epoch_stale = leader.fetcher_epoch_stale
 
 
-def steady_request(p, ev: dict, b: int, frep, brokers):
+def steady_request(p: Partition, ev: dict, b: int, frep: Optional[Replica], brokers: dict) -> Optional[Replica]:
     """The leader's replica when the fast path holds, else None (the full path decides). Holds
     when: the row records none of the request's columns but perhaps its target, and that one
     is frep's leader (fetch_request takes the rest from the model: offset = its LEO, last fetched
@@ -59,7 +64,7 @@ def steady_request(p, ev: dict, b: int, frep, brokers):
     return lrep
 
 
-def fetch(p, ev: dict) -> None:
+def fetch(p: Partition, ev: dict) -> None:
     b = ev["broker"]
     brokers = p.cl.brokers
     br = brokers.get(b)
@@ -67,9 +72,9 @@ def fetch(p, ev: dict) -> None:
     if br is None or not br.alive:
         _emit(p, _fetch_row(b, ev.get("target"), ev.get("fetch_offset")), "NOOP", None)
         return
-    lrep = steady_request(p, ev, b, frep, brokers)
-    if lrep is not None:
-        serve(p, b, frep, lrep, frep.leader, frep.log.leo, br.proc_epoch)
+    slrep = steady_request(p, ev, b, frep, brokers)
+    if slrep is not None and frep is not None:
+        serve(p, b, frep, slrep, frep.leader, frep.log.leo, br.proc_epoch)
         return
     target, off, lfe, cle, bepoch = follower.fetch_request(p, ev, frep, br)
     if target is None or target == b:
@@ -79,7 +84,7 @@ def fetch(p, ev: dict) -> None:
     if tbr is None or not tbr.alive:
         _emit(p, _fetch_row(b, target, off), "NOOP", frep)   # nobody answers: the fetcher backs off
         return
-    lrep = p.reps.get(target)
+    lrep: Any = p.reps.get(target)
     err = leader.fetch_error(lrep, b, cle)
     if err is not None:
         _emit(p, _fetch_row(b, target, off), err, frep)
@@ -99,7 +104,7 @@ def fetch(p, ev: dict) -> None:
     serve(p, b, frep, lrep, target, off, bepoch)
 
 
-def serve(p, b: int, frep, lrep, target: int, off: int, bepoch) -> None:
+def serve(p: Partition, b: int, frep: Optional[Replica], lrep: Replica, target: int, off: int, bepoch: Any) -> None:
     """A fetch the leader answers with records (C1-C3 passed): B3 broker-epoch check, the
     leader's follower state, the follower's append (C8), then B7 and B6 at the leader."""
     if _fetcher_epoch_stale(p, target, b, bepoch):

@@ -4,12 +4,20 @@ the high watermark (C8), truncate on divergence (C6) or when ahead of the leader
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ..log import ReplicaLog
 from ..messages import FOLLOWER, LEADER
+from ..registry import Broker
 from ..replica import Replica
 from .leader import resign
 
+if TYPE_CHECKING:
+    from ..partition import Partition
 
-def make_follower(p, rep: Replica, leader, le, pe, replicas, isr, lrs) -> None:
+
+def make_follower(p: Partition, rep: Replica, leader: int, le: int, pe: int, replicas: tuple, isr: tuple,
+                  lrs: str) -> None:
     """B12 Partition.makeFollower."""
     if rep.role == LEADER:
         resign(p, rep)
@@ -23,7 +31,7 @@ def make_follower(p, rep: Replica, leader, le, pe, replicas, isr, lrs) -> None:
     rep.leso = None
 
 
-def fetch_request(p, ev: dict, frep: Replica | None, br):
+def fetch_request(p: Partition, ev: dict, frep: Replica | None, br: Broker):
     """The fetch broker `br` sends: a modelled fetch (all columns null) takes them from the
     replica's state; a recorded one keeps its columns, fills the nulls from the model, and reports
     where it drifts from the model. -> (target, fetch offset, last fetched epoch, current leader
@@ -85,7 +93,7 @@ def fetch_row(broker, target, off) -> dict:
             "replica_leo": None, "replica_hwm": None}
 
 
-def emit_fetch(p, row, result, frep) -> None:
+def emit_fetch(p: Partition, row: dict, result: str, frep: Replica | None) -> None:
     """A fetch row, with the follower's log after the answer was applied."""
     row["result"] = result
     if frep is not None:
@@ -94,7 +102,7 @@ def emit_fetch(p, row, result, frep) -> None:
     p.emit("fetch", row)
 
 
-def apply_records(flog, llog, off: int, leader_leo: int, resp_hw: int) -> None:
+def apply_records(flog: ReplicaLog, llog: ReplicaLog, off: int, leader_leo: int, resp_hw: int) -> None:
     """C8: the follower receives records [off, leader LEO) and the HWM captured before the
     leader updated its follower state."""
     if flog.leo == off and leader_leo > off:

@@ -6,10 +6,15 @@ The leader reaches the controller only through `p.channels` (an AlterPartition r
 reads broker registrations from its own metadata cache (`p.cl.view_of(broker)`).
 """
 from __future__ import annotations
+from typing import TYPE_CHECKING, Any
 
 from ..config import effective_min_isr
+from ..log import ReplicaLog
 from ..messages import LEADER, RECOVERED, AlterPartitionRequest, IsrMember
 from ..replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
+
+if TYPE_CHECKING:
+    from ..partition import Partition
 
 # B10: which AlterPartition errors roll back, which keep the pending state, the rest retry.
 ROLLBACK_ERRORS = frozenset({"OPERATION_NOT_ATTEMPTED", "INELIGIBLE_REPLICA"})
@@ -98,7 +103,7 @@ def resign(p, rep: Replica, result: str = "NOT_LEADER_OR_FOLLOWER") -> None:
 
 
 # ---------------------------------------------------------------- high watermark
-def eligible(p, rep: Replica, r: int, fs: FollowerState) -> bool:
+def eligible(p: Partition, rep: Replica, r: int, fs: FollowerState) -> bool:
     """B5 Partition#isReplicaIsrEligible (KRaft), against this broker's metadata cache."""
     reg = p.cl.view_of(rep.broker).get(r)
     if reg is None or not reg.registered or reg.fenced or reg.in_cs:
@@ -108,12 +113,12 @@ def eligible(p, rep: Replica, r: int, fs: FollowerState) -> bool:
     return fs.broker_epoch == -1 or fs.broker_epoch == reg.epoch
 
 
-def under_min_isr(p, rep: Replica) -> bool:
+def under_min_isr(p: Partition, rep: Replica) -> bool:
     """B2: the committed ISR below the effective min ISR (of the leader's assignment)."""
     return len(rep.isr_state.isr) < effective_min_isr(p.conf.min_isr, len(rep.assignment))
 
 
-def maybe_increment_hw(p, rep: Replica, trigger: str) -> None:
+def maybe_increment_hw(p: Partition, rep: Replica, trigger: str) -> None:
     """B6 Partition#maybeIncrementLeaderHW."""
     if under_min_isr(p, rep):
         return
@@ -140,7 +145,7 @@ def maybe_increment_hw(p, rep: Replica, trigger: str) -> None:
         complete_delayed(p, rep)
 
 
-def complete_delayed(p, rep: Replica) -> None:
+def complete_delayed(p: Partition, rep: Replica) -> None:
     """DelayedProduce.tryComplete for every parked produce the HWM has passed (B13)."""
     if not rep.purgatory:
         return
@@ -155,7 +160,7 @@ def complete_delayed(p, rep: Replica) -> None:
     rep.purgatory = keep
 
 
-def produce_outcome(p, pr: Produce, result: str, rep: Replica) -> None:
+def produce_outcome(p: Partition, pr: Produce, result: str, rep: Replica) -> None:
     """The row of an acks=all produce carries its request's seq/idx/ts and the outcome's seq/ts."""
     p.cl.out.add("produce", {
         "topic": p.topic, "partition": p.partition, "seq": pr.seq, "idx": pr.idx, "ts_ms": pr.ts,
@@ -165,7 +170,7 @@ def produce_outcome(p, pr: Produce, result: str, rep: Replica) -> None:
         p.inv.on_acked(p, pr)
 
 
-def expire_produces(p, rep: Replica, t: int) -> None:
+def expire_produces(p: Partition, rep: Replica, t: int) -> None:
     """Parked produces whose request.timeout.ms ran out by t: REQUEST_TIMED_OUT."""
     keep = []
     for pr in rep.purgatory:
@@ -206,7 +211,7 @@ def send_alter_partition(p, rep: Replica) -> None:
     p.channels.send_alter_partition(p, req)
 
 
-def maybe_expand(p, rep: Replica, r: int, fs: FollowerState) -> None:
+def maybe_expand(p: Partition, rep: Replica, r: int, fs: FollowerState) -> None:
     """B7 Partition#maybeExpandIsr."""
     st = rep.isr_state
     if st.is_pending or r in st.isr:
@@ -217,7 +222,7 @@ def maybe_expand(p, rep: Replica, r: int, fs: FollowerState) -> None:
         propose(p, rep, "EXPAND", leader_isr_order(tuple(st.isr) + (r,)))
 
 
-def maybe_shrink(p, rep: Replica) -> None:
+def maybe_shrink(p: Partition, rep: Replica) -> None:
     """B8 Partition#maybeShrinkIsr at `now`."""
     st = rep.isr_state
     if st.is_pending:
@@ -264,7 +269,7 @@ def on_alter_partition_response(p, resp) -> None:
     rep = p.reps.get(b)
     br = p.cl.brokers.get(b)
     base = {"leader": b, "change": None, "proposed_isr": None, "maximal_isr": None, "error": resp.error}
-    st = rep.isr_state if rep is not None else None
+    st: Any = rep.isr_state if rep is not None else None
     if (rep is None or br is None or not br.alive or rep.role != LEADER or not st.is_pending
             or st.pid != resp.pid):
         p.emit("alter_partition", dict(base, leader_epoch=rep.leader_epoch if rep else None,
@@ -307,7 +312,7 @@ def resubmit(p) -> None:
 
 
 # ---------------------------------------------------------------- requests at the leader
-def produce(p, ev: dict) -> None:
+def produce(p: Partition, ev: dict) -> None:
     """B13 Partition#appendRecordsToLeader."""
     b = ev["broker"]
     acks = ev["acks"]
@@ -367,7 +372,7 @@ def fetch_error(rep: Replica | None, b: int, cle) -> str | None:
 OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
 
 
-def check_fetch_position(llog, lfe, off):
+def check_fetch_position(llog: ReplicaLog, lfe: int | None, off: int):
     """C3 divergence, then the offset's range: None (serve records), OUT_OF_RANGE, or the
     diverging (epoch, end offset) the response carries."""
     if lfe is not None and lfe >= 0:
@@ -384,7 +389,7 @@ def check_fetch_position(llog, lfe, off):
     return None
 
 
-def fetcher_epoch_stale(p, leader: int, b: int, bepoch) -> bool:
+def fetcher_epoch_stale(p: Partition, leader: int, b: int, bepoch: Any) -> bool:
     """B3: the fetch carries a broker epoch older than the leader's metadata cache has for b."""
     if bepoch is None or bepoch == -1:
         return False
@@ -392,7 +397,7 @@ def fetcher_epoch_stale(p, leader: int, b: int, bepoch) -> bool:
     return reg is not None and reg.epoch > bepoch
 
 
-def update_follower_state(p, fs: FollowerState, off: int, leader_leo: int, bepoch) -> bool:
+def update_follower_state(p: Partition, fs: FollowerState, off: int, leader_leo: int, bepoch: Any) -> bool:
     """B3 Replica#updateFetchStateOrThrow at the leader -> whether the follower's LEO moved."""
     now = p.now
     lcu = fs.last_caught_up_ms
@@ -451,7 +456,7 @@ def list_offsets(p, ev: dict) -> None:
     p.emit("consumer", row)
 
 
-def consumer_fetch(p, ev: dict) -> None:
+def consumer_fetch(p: Partition, ev: dict) -> None:
     b = ev["broker"]
     off = ev["fetch_offset"]
     row = {"broker": b, "type": "ConsumerFetch", "fetch_offset": off, "result": "NONE", "offset": None,

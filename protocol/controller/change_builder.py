@@ -17,6 +17,7 @@ comes in as arguments: `acc` (A4 acceptable leader) and, for KIP-966 unclean rec
 `longest_log` lookup (GetReplicaLogInfo, a broker-side answer).
 """
 from __future__ import annotations
+from typing import Any
 
 from ..messages import (NO_CHANGE, NO_LEADER, ONLINE, PREFERRED, RECOVERING, UNCLEAN, ElectionInfo)
 
@@ -46,10 +47,10 @@ class PartitionChangeBuilder:
         self.t_lke = list(p.lke)
         self.t_lrs = p.lrs if target_lrs is None else target_lrs
         self.min_isr = p.conf.effective_min_isr(len(p.replicas) or len(self.t_rep))
-        self.rec: dict = {}
+        self.rec = {}
         self.rec_leader = NO_CHANGE
         self.kind = None
-        self.cands: list = []
+        self.cands = []
 
     def build(self):
         """-> (record dict, ElectionInfo | None), or (None, None) when nothing changes."""
