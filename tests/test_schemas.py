@@ -361,3 +361,34 @@ def test_validate_table_with_arrow_maps():
     assert good[0]["epoch_start_offsets"] == {0: 0, 2: 5}
     assert good[1]["config"] == {"min.insync.replicas": "2"}
     assert bad[0][1] == "Fetch row seq 2: fetch_offset -1 is negative"
+
+
+def test_a_record_epoch_is_bounded_where_int32_headroom_ends():
+    """EPOCH_MAX = 2**30 - 1: a recorded leader / partition epoch leaves 2**30 increments before
+    the output's int32 columns end; one more is rejected with its column, never overflows."""
+    def rec(**kw):
+        return dict({"seq": 3, "ts_ms": 0, "type": "PartitionRecord", "topic": "t", "partition": 0,
+                     "replicas": [1, 2], "isr": [1], "leader": 1, "leader_epoch": 4, "partition_epoch": 7}, **kw)
+    for col in ("leader_epoch", "partition_epoch"):
+        ev, why = E.validate(rec(**{col: 2**30 - 1}))
+        assert why is None and ev[col] == 2**30 - 1
+        ev, why = E.validate(rec(**{col: 2**30}))
+        assert ev is None and col in why and str(2**30 - 1) in why, why
+
+
+def test_plain_rows_check_integer_ranges_and_text_columns():
+    """schemas.events.plain_rows, the batch check the readers trust instead of validate(): an int
+    out of its column's range, or a text column that breaks its rule, is not plain."""
+    n = E.EVENT_ARROW_SCHEMA
+    rows = [{"seq": 1, "ts_ms": 0, "type": "Fetch", "topic": "t", "partition": 0, "broker": 1},
+            {"seq": 2, "ts_ms": 0, "type": "Fetch", "topic": "t", "partition": -1, "broker": 1},
+            {"seq": 3, "ts_ms": 0, "type": "Fetch", "topic": "", "partition": 0, "broker": 1},
+            {"seq": 4, "ts_ms": 0, "type": "Produce", "topic": "t", "partition": 0, "broker": 1, "records": -1,
+             "acks": 1},
+            {"seq": 5, "ts_ms": 0, "type": "Produce", "topic": "t", "partition": 0, "broker": 1, "records": 2,
+             "acks": -1}]
+    cols = ["seq", "ts_ms", "type", "topic", "partition", "broker", "records", "acks"]
+    batch = pa.RecordBatch.from_pylist([{c: r.get(c) for c in cols} for r in rows],
+                                       schema=pa.schema([n.field(c) for c in cols]))
+    assert E.plain_rows(batch) == [True, False, False, False, True]
+    assert [E.validate(r)[0] is not None for r in rows] == [True, False, False, False, True]
