@@ -302,7 +302,8 @@ def bench(partition_counts=(1000, 10_000, 100_000), events: int = 1_000_000, eng
 
 
 def _compiled_env() -> dict:
-    return dict(os.environ, ISRFLOW_CORE="compiled")
+    from jobs.compiled import ENV
+    return dict(os.environ, **{ENV: "compiled"})
 
 
 def _core_compiled(stream: str) -> dict:

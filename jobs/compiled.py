@@ -108,6 +108,21 @@ def activate() -> Path:
     return src
 
 
+def activate_from_env() -> None:
+    """What `import jobs` does: $ISRFLOW_CORE unset, empty or `pure`: nothing; `compiled`: activate();
+    anything else, or a build that cannot be used: a message and exit code 2."""
+    core = os.environ.get(ENV)
+    if core in (None, "", "pure"):
+        return
+    try:
+        if core != "compiled":
+            raise CompiledCoreError(f"{ENV}={core!r}: use compiled (protocol/ built by ./dev compile) or pure")
+        activate()
+    except CompiledCoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def is_compiled() -> bool:
     """Whether the protocol package this process runs is the compiled one."""
     import protocol.cluster

@@ -22,7 +22,6 @@ bytes, so a broker change or a due timer finds the partitions it reaches without
 Pure: no I/O; protocol.codec makes and reads the columns.
 """
 from __future__ import annotations
-from typing import Any
 
 from array import array
 from bisect import bisect_left
@@ -53,7 +52,7 @@ class ColdPartitions:
         if not (len(self.dues) == len(self.nhosts) == len(self.lens) == n
                 and sum(self.nhosts) == len(self.hosts) and sum(self.lens) == len(self.data)):
             raise ValueError("cold partition columns of different lengths")
-        self.gone = set()
+        self.gone = set()          # (set[int]; unannotated: mypyc refuses annotations in untyped defs)
         self._offs = self._hoffs = self._brokers = None
         self._min = None          # min_due's answer while no pop changes it (a bucket asks twice)
 

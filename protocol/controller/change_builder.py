@@ -17,7 +17,6 @@ comes in as arguments: `acc` (A4 acceptable leader) and, for KIP-966 unclean rec
 `longest_log` lookup (GetReplicaLogInfo, a broker-side answer).
 """
 from __future__ import annotations
-from typing import Any
 
 from ..messages import (NO_CHANGE, NO_LEADER, ONLINE, PREFERRED, RECOVERING, UNCLEAN, ElectionInfo)
 
@@ -47,7 +46,7 @@ class PartitionChangeBuilder:
         self.t_lke = list(p.lke)
         self.t_lrs = p.lrs if target_lrs is None else target_lrs
         self.min_isr = p.conf.effective_min_isr(len(p.replicas) or len(self.t_rep))
-        self.rec = {}
+        self.rec = {}          # (unannotated, as cands: mypyc refuses annotations in untyped defs)
         self.rec_leader = NO_CHANGE
         self.kind = None
         self.cands = []
