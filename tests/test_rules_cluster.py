@@ -281,6 +281,28 @@ def test_pruning_keeps_registration_changes_a_broker_has_not_seen():
     assert [r[1] for r in cl.reg_log] == [3]       # only the unfence is still needed (by 3)
 
 
+def test_a_session_expiry_older_than_every_logged_change_goes_first_in_the_registration_log():
+    """A session-timeout fence is logged with the seq of the row that last touched the session
+    (broker 3's crash), which can be older than every change still in the registration log. The
+    log stays in seq order - pruning takes entries from its front while they are <= the lowest
+    seq every broker has seen - so the expiry goes in at index 0, and syncs up to a seq between
+    the two apply exactly the older one."""
+    s = S().up(1, 2, 3)
+    s.sync(1); s.sync(2); s.sync(3)                # every registration seen: the log is pruned empty
+    s.create([1, 2, 3])
+    crash = s.at(100).crash(3, clean=False)         # 3's session runs out 9,000 ms later, seq `crash`
+    s.fence(2)                                      # a newer change, logged before the expiry fires
+    s.at(9200).sync(1, up_to=crash)                 # the expiry is due at this row: 3 fenced at seq `crash`
+    s.sync(2, up_to=crash)
+    out = run_events(s.events, EXPLICIT_MD)
+    cl = out["_cluster"]
+    assert cl.brokers[3].fenced and cl.brokers[2].fenced
+    assert [(e.seq, e.broker) for e in cl.reg_log] == [(crash, 3), (crash + 1, 2)]
+    # 1 and 2 synced up to the crash: they see 3 fenced, 2 still unfenced
+    for b in (1, 2):
+        assert cl.views[b][3][1] is True and cl.views[b][2][1] is False
+
+
 def test_partition_state_rows_by_hand():
     s = S().up(1, 2, 3)
     s.create([1, 2, 3])
