@@ -291,9 +291,6 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) 
         if make is not None:
             yield from _plain_events(names, cols, plain, foreign, make)
             continue
-        if plain and foreign is not None:
-            yield from _with_foreign(names, cols, plain, foreign)
-            continue
         # the plain rows as ValidEvents (validate only pads them), every other row as a dict
         for ok, vals in zip(plain or repeat(False), zip(*cols)):
             yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
@@ -301,8 +298,9 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) 
 
 def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterator[RawRow]:
     """_iter_parquet's rows with events=True: a plain row as (its event, Plain, None), made by
-    `make` (schemas.events.plain_event_maker), or Foreign when `foreign` gives it to another
-    worker (see _with_foreign); every other row as its raw dict, for validate()."""
+    `make` (schemas.events.plain_event_maker), or Foreign when foreign(type, topic, partition)
+    gives it to another worker (a plain row holds its seq, ts_ms and type; a column null throughout
+    the batch is absent: None); every other row as its raw dict, for validate()."""
     layout = Plain(tuple(names))
     if foreign is None:
         for ok, vals in zip(plain, zip(*cols)):
@@ -323,20 +321,6 @@ def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterat
             yield make(*vals), layout, None
 
 
-def _with_foreign(names: list, cols: list, plain: list, foreign) -> Iterator[RawRow]:
-    """_iter_parquet's rows for a worker: a plain row that foreign(type, topic, partition) gives to
-    another worker comes as a Foreign (a plain row holds its seq, ts_ms and type; a column null
-    throughout the batch is absent: None)."""
-    col = {n: c for n, c in zip(names, cols)}
-    nones = repeat(None)
-    for ok, vals, typ, topic, part, seq, ts in zip(plain, zip(*cols), *(col.get(c, nones) for c in (
-            "type", "topic", "partition", "seq", "ts_ms"))):
-        if ok and foreign(typ, topic, part):
-            yield Foreign(seq, ts), None, None
-        else:
-            yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
-
-
 def iter_file_rows(f: Path, batch_rows: int = 65536, foreign=None, events: bool = False) -> Iterator[RawRow]:
     """Rows of one stream file, see iter_raw_rows."""
     if f.suffix.lower() in PARQUET_SUFFIXES:
@@ -355,11 +339,14 @@ def iter_raw_rows(path, batch_rows: int = 65536, foreign=None, events: bool = Fa
       row needs its JSON); map columns come as lists of (key, value) pairs,
       which ``schemas.events.validate`` accepts.
     * foreign: a worker's predicate (type, topic, partition) -> bool (Cluster.is_foreign); a plain
-      Parquet row it holds comes as (Foreign(seq, ts_ms), None, None).
+      Parquet row it holds comes as (Foreign(seq, ts_ms), None, None). Only with events=True (a
+      worker reads the rows it owns as events).
     * events: a plain Parquet row (schemas.events.plain_rows) comes as (the event dict validate()
       would return for it, Plain(its columns), None), made without the raw row's dict; a reader
       that validates every row itself (the Spark source, the bench's core) leaves it off.
     """
+    if foreign is not None and not events:
+        raise ValueError("iter_raw_rows: foreign needs events=True")
     for f in list_stream_files(path):
         yield from iter_file_rows(f, batch_rows, foreign, events)
 

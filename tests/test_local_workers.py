@@ -205,7 +205,7 @@ def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path):
     from jobs.buckets import owns_fn
     for k in range(2):
         cl = Cluster(cfg, owns=owns_fn(k, 2), sees_all=True)
-        kinds = [type(raw).__name__ for raw, _, _ in iter_raw_rows(s, foreign=cl.is_foreign)]
+        kinds = [type(raw).__name__ for raw, _, _ in iter_raw_rows(s, foreign=cl.is_foreign, events=True)]
         assert 100 < kinds.count(Foreign.__name__) < len(rows) - 100, k      # both kinds, in each worker
 
     one = _assert_same(s, tmp_path, cfg, workers=(2, 3), batch_rows=70)
