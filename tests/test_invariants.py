@@ -277,6 +277,18 @@ def test_acked_ranges_stay_bounded():
     assert len(r) == 8 and sum(n for _, _, n in r) == 12
 
 
+def test_acked_ranges_merge_the_closest_neighbours_first():
+    """The ninth range merges the pair with the smallest gap (the first of equal ones), keeping
+    the exact count."""
+    inv = Invariants()
+    p = P(min_isr=1)
+    starts = [0, 100, 200, 300, 350, 352, 400, 500, 502]     # gaps 99, 99, 99, 49, 1, 47, 99, 1
+    for s0 in starts:
+        acked(p, inv, s0, s0 + 1)
+    assert inv.acked[(0, 1)] == [[0, 1, 1], [100, 101, 1], [200, 201, 1], [300, 301, 1],
+                                 [350, 353, 2], [400, 401, 1], [500, 501, 1], [502, 503, 1]]
+
+
 def test_consistent_read():
     inv = Invariants()
     lg = mklog([(0, 0, 1)], 10, 10)
