@@ -79,32 +79,44 @@ def run_measured(argv: list[str], env=None) -> dict:
     return res
 
 
-def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: int = 50_000) -> dict:
-    """The in-process core alone: validation and the protocol, no Delta writes. Rows are read in
-    chunks of `chunk_rows` (timed as reading) and fed (timed as the core); each chunk's output
-    rows are dropped, so memory holds one chunk and the cluster state, never the whole stream.
-    Also state bytes per partition."""
-    from itertools import islice
-
+def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: int = 50_000,
+                 row_validation: bool = True) -> dict:
+    """The in-process core alone: the protocol on the rows as the local engine reads them (a plain
+    row as its event, checked per Arrow batch by the reader: schemas.events.plain_rows), no Delta
+    writes. Rows are read in chunks of `chunk_rows` (timed as reading: Parquet, the per-batch
+    check, the events made) and fed (timed as the core); each chunk's output rows are dropped, so
+    memory holds one chunk and the cluster state, never the whole stream. Also state bytes per
+    partition, and (row_validation) a second pass that reads raw rows and runs validate() on each
+    in the timed part: the core as the speed issue first measured it (`validated_core_*`)."""
     from protocol.codec import partition_bytes
     from protocol.config import EngineConfig
     from jobs.local_engine import LocalEngine, replay_gc
     from jobs.streamio import iter_raw_rows
 
-    eng = LocalEngine(EngineConfig(config_overrides or {}))
+    cfg = EngineConfig(config_overrides or {})
+    eng = LocalEngine(cfg)
     with replay_gc():                 # as `isrflow replay` runs its loop
-        n, read_s, core_s = _core_loop(eng, iter_raw_rows(stream), chunk_rows)
+        n, read_s, core_s = _core_loop(eng, iter_raw_rows(stream, events=True), chunk_rows)
     sizes = [partition_bytes(p) for p in eng.cluster.partitions.values()]
-    return {"rows": n, "read_s": round(read_s, 3), "core_s": round(core_s, 3),
-            "core_events_per_s": round(n / max(core_s, 1e-9)),
-            "state_bytes_per_partition": round(sum(sizes) / max(len(sizes), 1)),
-            "state_bytes_max": max(sizes) if sizes else 0}
+    out = {"rows": n, "read_s": round(read_s, 3), "core_s": round(core_s, 3),
+           "core_events_per_s": round(n / max(core_s, 1e-9)),
+           "read_events_per_s": round(n / max(read_s, 1e-9)),
+           "read_and_core_events_per_s": round(n / max(read_s + core_s, 1e-9)),
+           "state_bytes_per_partition": round(sum(sizes) / max(len(sizes), 1)),
+           "state_bytes_max": max(sizes) if sizes else 0}
+    if row_validation:
+        del eng, sizes
+        eng = LocalEngine(cfg)
+        with replay_gc():
+            n2, _, vcore_s = _core_loop(eng, iter_raw_rows(stream), chunk_rows)
+        out.update(validated_core_s=round(vcore_s, 3), validated_core_events_per_s=round(n2 / max(vcore_s, 1e-9)))
+    return out
 
 
 def _core_loop(eng, rows_it, chunk_rows: int) -> tuple[int, float, float]:
     """core_measure's loop: (rows, reading seconds, core seconds)."""
     from itertools import islice
-    feed = eng.feed
+    feed_rows = eng.feed_rows
     drain = eng.cluster.drain
     n = 0
     read_s = core_s = 0.0
@@ -114,8 +126,7 @@ def _core_loop(eng, rows_it, chunk_rows: int) -> tuple[int, float, float]:
         t1 = time.perf_counter()
         if not chunk:
             break
-        for raw, text, err in chunk:
-            feed(raw, text, err)
+        feed_rows(chunk)
         drain()                       # this chunk's output rows: measured, not kept
         t2 = time.perf_counter()
         n += len(chunk)
@@ -339,11 +350,14 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
         f"{span_ms / 1000:.1f} s of cluster time")
     if "local" in engines or "local2" in engines:
         entry["core"] = core_measure(stream)
-        log(f"[bench]   core: {entry['core']['core_events_per_s']:,} events/s, "
-            f"{entry['core']['state_bytes_per_partition']} state bytes/partition")
+        c = entry["core"]
+        log(f"[bench]   core: {c['core_events_per_s']:,} events/s ({c['validated_core_events_per_s']:,} with "
+            f"validate() per row; reading {c['read_events_per_s']:,} rows/s), "
+            f"{c['state_bytes_per_partition']} state bytes/partition")
     if "local-compiled" in engines:
         entry["core_compiled"] = c = _core_compiled(stream)
-        log(f"[bench]   core, compiled: {c['core_events_per_s']:,} events/s" if "core_events_per_s" in c
+        log(f"[bench]   core, compiled: {c['core_events_per_s']:,} events/s ({c['validated_core_events_per_s']:,} "
+            f"with validate() per row)" if "core_events_per_s" in c
             else f"[bench]   core, compiled: failed: {c['error']}")
     topic = f"isrflow-bench-{n}"
     if kafka is not None:
@@ -399,7 +413,8 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
 
 
 def format_table(results: dict) -> str:
-    hdr = ["partitions", "rows", "core ev/s", "core ev/s compiled", "local ev/s", "local ev/s compiled",
+    hdr = ["partitions", "rows", "core ev/s", "core ev/s compiled", "core ev/s validate() per row (pure / compiled)",
+           "reading rows/s", "local ev/s", "local ev/s compiled",
            "local2 ev/s", "spark ev/s", "spark/local", "kafka ev/s",
            "kafka/spark", "local RSS MB", "spark RSS MB", "state B/part", "RT factor (spark)",
            "spark 1k-row batch s (delta-rs / delta-spark)", "bench RSS MB"]
@@ -408,7 +423,10 @@ def format_table(results: dict) -> str:
         loc, spk, core = e.get("local", {}), e.get("spark", {}), e.get("core", {})
         lines.append(" | ".join(str(x) for x in [
             e["partitions"], e["rows"], core.get("core_events_per_s", "-"),
-            e.get("core_compiled", {}).get("core_events_per_s", "-"), loc.get("events_per_s", "-"),
+            e.get("core_compiled", {}).get("core_events_per_s", "-"),
+            f"{core.get('validated_core_events_per_s', '-')} / "
+            f"{e.get('core_compiled', {}).get('validated_core_events_per_s', '-')}",
+            core.get("read_events_per_s", "-"), loc.get("events_per_s", "-"),
             e.get("local-compiled", {}).get("events_per_s", "-"),
             e.get("local2", {}).get("events_per_s", "-"), spk.get("events_per_s", "-"), e.get("spark_over_local", "-"),
             e.get("kafka", {}).get("events_per_s", "-"), e.get("kafka_over_spark", "-"), loc.get("peak_rss_mb", "-"),

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 
 from protocol.cluster import Cluster
@@ -47,6 +48,8 @@ def fingerprint(stream, config: EngineConfig, engine: str) -> str:
 # frees a cycle sets it back, so a stream that makes cycles keeps them collected every 32k rows.
 _YOUNG_ROWS = 1 << 15
 _YOUNG_MAX = 1 << 22
+# rows taken from the reader at a time (LocalEngine.feed_rows): long runs for the core, little memory
+_CHUNK_ROWS = 4096
 
 
 @contextmanager
@@ -119,14 +122,48 @@ class LocalEngine:
             if rows and rows[-1]["raw"] is None:
                 rows[-1]["raw"] = row_to_json(raw, text)
 
-    def collect_young(self) -> int:
-        """The young collection while a replay loop has automatic GC off (see _YOUNG_ROWS), and
-        the next one's row: twice as far when this one freed nothing. Returns the objects freed."""
+    def feed_rows(self, rows: list) -> None:
+        """feed() for each of `rows` ((raw, text, err) as iter_raw_rows yields them), in order, with
+        the same result: a run of plain rows read as their events goes to the core in one call
+        (Cluster.apply_run), which stops after a row it rejects so that the row's text is attached
+        here as in feed(), and at the next young collection's row."""
+        cl = self.cluster
+        evs = [r[0] if r[1].__class__ is Plain else None for r in rows]
+        n = len(rows)
+        i = 0
+        while i < n:
+            if evs[i] is None:
+                self.feed(*rows[i])
+                i += 1
+                continue
+            if self.input_rows + 1 >= self.young_at:
+                self.collect_young(self.input_rows + 1)       # as feed() would, before that row
+            # up to the row before the next young collection's (feed() collects before that row)
+            stop = min(n, i + max(1, self.young_at - self.input_rows - 1))
+            before = cl.rejected
+            k = cl.apply_run(evs, i, stop)
+            self.input_rows += k - i
+            if self.min_seq is None or cl.run_lo < self.min_seq:
+                self.min_seq = cl.run_lo
+            if self.max_seq is None or cl.run_hi > self.max_seq:
+                self.max_seq = cl.run_hi
+            if cl.rejected != before:
+                # the core's rejection of rows[k - 1]: attach the original row
+                out = cl.out.tables["rejected"]
+                if out and out[-1]["raw"] is None:
+                    raw, text, _ = rows[k - 1]
+                    out[-1]["raw"] = row_to_json(raw, text)
+            i = k
+
+    def collect_young(self, row: int | None = None) -> int:
+        """The young collection while a replay loop has automatic GC off (see _YOUNG_ROWS), before
+        input row number `row` (default: the last one counted), and the next one's row: twice as
+        far when this one freed nothing. Returns the objects freed."""
         freed = 0
         if not gc.isenabled():
             freed = gc.collect(1)
             self.young_every = _YOUNG_ROWS if freed else min(self.young_every * 2, _YOUNG_MAX)
-        self.young_at = self.input_rows + self.young_every
+        self.young_at = (self.input_rows if row is None else row) + self.young_every
         return freed
 
     def drain(self, final: bool) -> tuple[dict, "pa.Table"]:
@@ -166,15 +203,16 @@ def _batches(eng: LocalEngine, rows, batch_rows: int):
         in_batch = 0
         return tables, state, stats
 
-    feed = eng.feed
+    feed_rows = eng.feed_rows
     it = iter(rows)
     with replay_gc():
-        nxt = next(it, None)
-        while nxt is not None:
-            feed(*nxt)
-            in_batch += 1
-            nxt = next(it, None)
-            if in_batch >= batch_rows and nxt is not None:
+        pending = list(islice(it, min(_CHUNK_ROWS, batch_rows)))
+        while pending:
+            feed_rows(pending)
+            in_batch += len(pending)
+            left = batch_rows - in_batch
+            pending = list(islice(it, min(_CHUNK_ROWS, left if left > 0 else batch_rows)))
+            if in_batch >= batch_rows and pending:
                 yield batch(False)
         yield batch(True)
 

@@ -102,6 +102,10 @@ class Cluster:
         self.rejected = 0
         self.sess_next: Any = None       # earliest broker-session expiry (None: none pending)
         self._handlers = {typ: _bind(self, route) for typ, route in EVENTS.items()}
+        # the lowest and highest seq of the rows of the last apply_run (a reader's bookkeeping, not
+        # state: never encoded)
+        self.run_lo = 0
+        self.run_hi = 0
 
     # ------------------------------------------------------------------ indexes
     def reindex(self, p: Partition) -> None:
@@ -248,6 +252,33 @@ class Cluster:
                 self.applied += 1
         self.last_seq = seq
         self.max_ts = ts
+
+    def apply_run(self, evs: list, i: int, stop: int) -> int:
+        """Apply evs[i], evs[i + 1], ... in order (validated events, as apply), up to `stop`, the
+        first None, or the first row the core rejects, included: the index after the last row
+        applied. run_lo / run_hi: the lowest and highest seq among those rows. One call for a run
+        of a reader's plain rows: the loop runs here rather than once per row in the engine (in the
+        compiled core, native code), and a rejection stops it so that the reader can attach the
+        row's own text (LocalEngine.feed_rows)."""
+        ev = evs[i]
+        lo = hi = ev["seq"]
+        rejected = self.rejected
+        while i < stop:
+            ev = evs[i]
+            if ev is None:
+                break
+            seq = ev["seq"]
+            if seq < lo:
+                lo = seq
+            elif seq > hi:
+                hi = seq
+            self.apply(ev)
+            i += 1
+            if self.rejected != rejected:
+                break
+        self.run_lo = lo
+        self.run_hi = hi
+        return i
 
     def out_of_order(self, seq: int, ts: int) -> bool:
         """The stream order check (seq strictly increasing, ts_ms never decreasing, at most
