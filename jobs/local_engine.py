@@ -124,11 +124,13 @@ class LocalEngine:
 
     def feed_rows(self, rows: list) -> None:
         """feed() for each of `rows` ((raw, text, err) as iter_raw_rows yields them), in order, with
-        the same result: a run of plain rows read as their events goes to the core in one call
-        (Cluster.apply_run), which stops after a row it rejects so that the row's text is attached
-        here as in feed(), and at the next young collection's row."""
+        the same result: a run of plain rows read as their events (and another worker's Foreign
+        rows) goes to the core in one call (Cluster.apply_run), which stops after a row it rejects
+        so that the row's text is attached here as in feed(), and at the next young collection's
+        row."""
         cl = self.cluster
-        evs = [r[0] if r[1].__class__ is Plain else None for r in rows]
+        # a plain row's event, or another worker's row (its seq and ts_ms); None: through feed()
+        evs = [r[0] if r[1].__class__ is Plain or r[0].__class__ is Foreign else None for r in rows]
         n = len(rows)
         i = 0
         while i < n:

@@ -14,6 +14,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from protocol.cluster import Foreign  # noqa: F401 - the reader makes them (see _plain_events)
 from schemas._derive import fits, is_text, safe_text
 from schemas.events import ValidEvent, plain_event_maker, plain_rows
 from schemas.tables import arrow_schema
@@ -238,18 +239,6 @@ class Plain:
 
     def __init__(self, names: tuple[str, ...]):
         self.names = names
-
-
-class Foreign:
-    """A plain row (see schemas.events.plain_rows) that the reader's `foreign` predicate gave to
-    another worker of a parallel replay: no dict is built for it, since the worker only needs its
-    place in the stream order (protocol.cluster.Cluster.pass_foreign)."""
-
-    __slots__ = ("seq", "ts_ms")
-
-    def __init__(self, seq: int, ts_ms: int):
-        self.seq = seq
-        self.ts_ms = ts_ms
 
 
 def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) -> Iterator[RawRow]:

@@ -68,6 +68,18 @@ class Out:
         return dict(t)
 
 
+class Foreign:
+    """A row of a parallel replay that another worker applies (a partition this cluster does not
+    own; a reader's plain row: jobs.streamio): only its place in the stream order matters here
+    (Cluster.pass_foreign), so it carries just its seq and ts_ms, not the event."""
+
+    __slots__ = ("seq", "ts_ms")
+
+    def __init__(self, seq: int, ts_ms: int):
+        self.seq = seq
+        self.ts_ms = ts_ms
+
+
 class Cluster:
     def __init__(self, config: EngineConfig, emit_global: bool = True, owns=None, sees_all: bool = False):
         self.config = config
@@ -254,25 +266,30 @@ class Cluster:
         self.max_ts = ts
 
     def apply_run(self, evs: list, i: int, stop: int) -> int:
-        """Apply evs[i], evs[i + 1], ... in order (validated events, as apply), up to `stop`, the
-        first None, or the first row the core rejects, included: the index after the last row
-        applied. run_lo / run_hi: the lowest and highest seq among those rows. One call for a run
-        of a reader's plain rows: the loop runs here rather than once per row in the engine (in the
-        compiled core, native code), and a rejection stops it so that the reader can attach the
-        row's own text (LocalEngine.feed_rows)."""
+        """Apply evs[i], evs[i + 1], ... in order (validated events, as apply, or Foreign rows, as
+        pass_foreign), up to `stop`, the first None, or the first row the core rejects, included:
+        the index after the last row applied. evs[i] is not None. run_lo / run_hi: the lowest and
+        highest seq among those rows. One call for a run of a reader's plain rows: the loop runs
+        here rather than once per row in the engine (in the compiled core, native code), and a
+        rejection stops it so that the reader can attach the row's own text
+        (LocalEngine.feed_rows)."""
         ev = evs[i]
-        lo = hi = ev["seq"]
+        lo = hi = ev.seq if ev.__class__ is Foreign else ev["seq"]
         rejected = self.rejected
         while i < stop:
             ev = evs[i]
             if ev is None:
                 break
-            seq = ev["seq"]
+            if ev.__class__ is Foreign:
+                seq = ev.seq
+                self.pass_foreign(seq, ev.ts_ms)
+            else:
+                seq = ev["seq"]
+                self.apply(ev)
             if seq < lo:
                 lo = seq
             elif seq > hi:
                 hi = seq
-            self.apply(ev)
             i += 1
             if self.rejected != rejected:
                 break

@@ -69,6 +69,8 @@ TIER = [
     # the fast paths (fetch, timers, HWM, broker index) against the full paths: a mutant of a
     # fast path alone changes no other test's outcome
     "tests/test_fast_path.py",
+    # Cluster.apply_run (runs of a reader's plain rows) against LocalEngine.feed row by row
+    "tests/test_feed_rows.py",
 ]
 
 CMP_SWAP = {
