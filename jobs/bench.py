@@ -109,7 +109,8 @@ def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: 
         eng = LocalEngine(cfg)
         with replay_gc():
             n2, _, vcore_s = _core_loop(eng, iter_raw_rows(stream), chunk_rows)
-        out.update(validated_core_s=round(vcore_s, 3), validated_core_events_per_s=round(n2 / max(vcore_s, 1e-9)))
+        out.update(validated_rows=n2, validated_core_s=round(vcore_s, 3),
+                   validated_core_events_per_s=round(n2 / max(vcore_s, 1e-9)))
     return out
 
 

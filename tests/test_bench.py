@@ -33,6 +33,10 @@ def test_bench_rows_equal_events_at_every_size(tmp_path):
     assert table[1].split(" | ")[hdr.index("local2 ev/s")] == str(res["runs"][0]["local2"]["events_per_s"])
     assert table[1].split(" | ")[hdr.index("local ev/s")] == str(res["runs"][0]["local"]["events_per_s"])
     assert table[1].split(" | ")[hdr.index("core ev/s compiled")] == "-"      # not asked for
+    first = res["runs"][0]["core"]
+    assert table[1].split(" | ")[hdr.index("reading rows/s")] == str(first["read_events_per_s"])
+    assert table[1].split(" | ")[hdr.index("core ev/s validate() per row (pure / compiled)")] == \
+        f"{first['validated_core_events_per_s']} / -"
 
 
 def test_stream_cut_below_cluster_setup(tmp_path):
@@ -52,6 +56,13 @@ def test_core_measure_streams_in_chunks(tmp_path):
     chunked = core_measure(str(out), chunk_rows=100)
     assert whole["rows"] == chunked["rows"] == sim["rows"] == 2500
     assert whole["state_bytes_per_partition"] == chunked["state_bytes_per_partition"]
+    # the engine's path (the reader's events) and the first measure (validate() per row)
+    # both see every row; reading is timed apart
+    assert whole["validated_rows"] == chunked["validated_rows"] == 2500
+    for m in (whole, chunked):
+        assert m["core_events_per_s"] > 0 and m["validated_core_events_per_s"] > 0 and m["read_events_per_s"] > 0
+        assert m["read_and_core_events_per_s"] < min(m["core_events_per_s"], m["read_events_per_s"])
+    assert core_measure(str(out), row_validation=False).keys().isdisjoint({"validated_rows", "validated_core_s"})
 
 
 def test_small_batch_stream_keeps_every_row_in_order(tmp_path):
