@@ -83,72 +83,39 @@ class LocalEngine:
         self.max_seq = None
 
     def feed(self, raw: dict | None, text: str | None, err: str | None) -> None:
-        self.input_rows += 1
-        if self.input_rows >= self.young_at:
-            self.collect_young()
-        cl = self.cluster
-        if text.__class__ is Plain:
-            # a plain row read as its event (iter_raw_rows(events=True)): validated already
-            ev = raw
-            seq = ev["seq"]
-        elif raw.__class__ is Foreign:
-            # another worker's plain row (iter_raw_rows(foreign=...)): only its place in the order
-            ev = None
-            seq = raw.seq
-        elif err is not None:
-            if self.worker == 0:
-                cl.reject({}, row_to_json(raw, text), err, True)
-            return
-        else:
-            ev, reason = validate(raw)
-            if ev is None:
-                lo = loose(raw)
-                if self.workers == 1 or loose_bucket(lo, self.workers) == self.worker:
-                    cl.reject(lo, row_to_json(raw, text), safe_text(reason), True)
-                return
-            seq = ev["seq"]
-        if self.min_seq is None or seq < self.min_seq:
-            self.min_seq = seq
-        if self.max_seq is None or seq > self.max_seq:
-            self.max_seq = seq
-        if ev is None:
-            cl.pass_foreign(seq, raw.ts_ms)
-            return
-        before = cl.rejected
-        cl.apply(ev)
-        if cl.rejected != before:
-            # the core's rejection: attach the original row
-            rows = cl.out.tables["rejected"]
-            if rows and rows[-1]["raw"] is None:
-                rows[-1]["raw"] = row_to_json(raw, text)
+        """One row, as iter_raw_rows yields it: feed_rows([(raw, text, err)])."""
+        self.feed_rows([(raw, text, err)])
 
     def feed_rows(self, rows: list) -> None:
-        """feed() for each of `rows` ((raw, text, err) as iter_raw_rows yields them), in order, with
-        the same result: a run of plain rows read as their events (and another worker's Foreign
-        rows) goes to the core in one call (Cluster.apply_run), which stops after a row it rejects
-        so that the row's text is attached here as in feed(), and at the next young collection's
-        row."""
+        """Feeds `rows` ((raw, text, err) as iter_raw_rows yields them) in order. Each run of events
+        (plain rows read as their events, another worker's Foreign rows, rows validate() accepts)
+        goes to the core in one call (Cluster.apply_run): the loop runs in the core, and stops after
+        a row the core rejects, whose own text is attached here, and before the next young
+        collection's row. A row that is no event is rejected here (_validated)."""
         cl = self.cluster
-        # a plain row's event, or another worker's row (its seq and ts_ms); None: through feed()
+        # a plain row's event, or another worker's row (its seq and ts_ms); None: validate() judges it
         evs = [r[0] if r[1].__class__ is Plain or r[0].__class__ is Foreign else None for r in rows]
         n = len(rows)
         i = 0
         while i < n:
-            if evs[i] is None:
-                self.feed(*rows[i])
-                i += 1
-                continue
             if self.input_rows + 1 >= self.young_at:
-                self.collect_young(self.input_rows + 1)       # as feed() would, before that row
-            # up to the row before the next young collection's (feed() collects before that row)
+                self.collect_young(self.input_rows + 1)       # before that row
+            if evs[i] is None:
+                ev = self._validated(*rows[i])
+                if ev is None:
+                    self.input_rows += 1
+                    i += 1
+                    continue
+                evs[i] = ev
+            # up to the row before the next young collection's
             stop = min(n, i + max(1, self.young_at - self.input_rows - 1))
             before = cl.rejected
-            k = cl.apply_run(evs, i, stop)
+            k, lo, hi = cl.apply_run(evs, i, stop)
             self.input_rows += k - i
-            if self.min_seq is None or cl.run_lo < self.min_seq:
-                self.min_seq = cl.run_lo
-            if self.max_seq is None or cl.run_hi > self.max_seq:
-                self.max_seq = cl.run_hi
+            if self.min_seq is None or lo < self.min_seq:
+                self.min_seq = lo
+            if self.max_seq is None or hi > self.max_seq:
+                self.max_seq = hi
             if cl.rejected != before:
                 # the core's rejection of rows[k - 1]: attach the original row
                 out = cl.out.tables["rejected"]
@@ -156,6 +123,21 @@ class LocalEngine:
                     raw, text, _ = rows[k - 1]
                     out[-1]["raw"] = row_to_json(raw, text)
             i = k
+
+    def _validated(self, raw, text, err):
+        """The event of a row the reader did not make one of (validate()), or None after writing
+        its rejection (by one worker only: the one of its partition, or worker 0)."""
+        cl = self.cluster
+        if err is not None:
+            if self.worker == 0:
+                cl.reject({}, row_to_json(raw, text), err, True)
+            return None
+        ev, reason = validate(raw)
+        if ev is None:
+            lo = loose(raw)
+            if self.workers == 1 or loose_bucket(lo, self.workers) == self.worker:
+                cl.reject(lo, row_to_json(raw, text), safe_text(reason), True)
+        return ev
 
     def collect_young(self, row: int | None = None) -> int:
         """The young collection while a replay loop has automatic GC off (see _YOUNG_ROWS), before

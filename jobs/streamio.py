@@ -14,7 +14,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from protocol.cluster import Foreign  # noqa: F401 - the reader makes them (see _plain_events)
+from protocol.cluster import Foreign
 from schemas._derive import fits, is_text, safe_text
 from schemas.events import ValidEvent, plain_event_maker, plain_rows
 from schemas.tables import arrow_schema

@@ -114,10 +114,6 @@ class Cluster:
         self.rejected = 0
         self.sess_next: Any = None       # earliest broker-session expiry (None: none pending)
         self._handlers = {typ: _bind(self, route) for typ, route in EVENTS.items()}
-        # the lowest and highest seq of the rows of the last apply_run (a reader's bookkeeping, not
-        # state: never encoded)
-        self.run_lo = 0
-        self.run_hi = 0
 
     # ------------------------------------------------------------------ indexes
     def reindex(self, p: Partition) -> None:
@@ -265,14 +261,14 @@ class Cluster:
         self.last_seq = seq
         self.max_ts = ts
 
-    def apply_run(self, evs: list, i: int, stop: int) -> int:
+    def apply_run(self, evs: list, i: int, stop: int) -> tuple[int, int, int]:
         """Apply evs[i], evs[i + 1], ... in order (validated events, as apply, or Foreign rows, as
-        pass_foreign), up to `stop`, the first None, or the first row the core rejects, included:
-        the index after the last row applied. evs[i] is not None. run_lo / run_hi: the lowest and
-        highest seq among those rows. One call for a run of a reader's plain rows: the loop runs
-        here rather than once per row in the engine (in the compiled core, native code), and a
+        pass_foreign), up to `stop`, the first None, or the first row the core rejects, included.
+        evs[i] is not None. Returns the index after the last row applied and the lowest and
+        highest seq among those rows. One call for a run of a reader's rows: the loop runs here
+        rather than once per row in the engine (in the compiled core, native code), and a
         rejection stops it so that the reader can attach the row's own text
-        (LocalEngine.feed_rows)."""
+        (jobs.local_engine.LocalEngine.feed_rows)."""
         ev = evs[i]
         lo = hi = ev.seq if ev.__class__ is Foreign else ev["seq"]
         rejected = self.rejected
@@ -293,9 +289,7 @@ class Cluster:
             i += 1
             if self.rejected != rejected:
                 break
-        self.run_lo = lo
-        self.run_hi = hi
-        return i
+        return i, lo, hi
 
     def out_of_order(self, seq: int, ts: int) -> bool:
         """The stream order check (seq strictly increasing, ts_ms never decreasing, at most

@@ -1,8 +1,8 @@
-"""LocalEngine.feed_rows (runs of plain rows to the core in one Cluster.apply_run call) against
-LocalEngine.feed row by row: the same output rows in the same order (rejected.raw included), the
-same seq range, input count and cluster state, whatever the chunk sizes, the young-collection
-interval, and where the rows the core rejects, the rows only validate() can judge and a parallel
-replay worker's foreign rows fall."""
+"""LocalEngine.feed_rows over chunks of rows (runs of events to the core in one Cluster.apply_run
+call) against LocalEngine.feed, one row per call (each row its own run): the same output rows in
+the same order (rejected.raw included), the same seq range, input count and cluster state, whatever
+the chunk sizes, the young-collection interval, and where the rows the core rejects, the rows only
+validate() can judge and a parallel replay worker's foreign rows fall."""
 from __future__ import annotations
 
 import random
@@ -80,7 +80,7 @@ def _run(stream, cfg, rows_at_once, young, worker=0, workers=1):
             merged.setdefault(name, []).extend(rs)
     return {"tables": merged, "state": state.to_pylist(), "seq": (eng.min_seq, eng.max_seq),
             "input_rows": eng.input_rows, "digest": state_digest(state.to_pylist()), "kinds": kinds,
-            "applied": eng.cluster.applied, "rejected": eng.cluster.rejected, "collected": collected}
+            "n_rows": len(rows), "applied": eng.cluster.applied, "rejected": eng.cluster.rejected, "collected": collected}
 
 
 @pytest.mark.parametrize("seed", [3, 8])
@@ -89,6 +89,7 @@ def test_feed_rows_is_feed_row_by_row(tmp_path, seed):
     cfg = EngineConfig({"input.max.time.jump.ms": "300000"})
     one = _run(s, cfg, lambda i: None, young=1 << 15)
     assert one["kinds"]["plain"] > 500 and one["rejected"] > 30
+    assert one["input_rows"] == one["n_rows"]     # every row counted, rejected ones too
     assert one["seq"][0] < 40                # a plain row below the stream's first seq
     assert any(r["raw"] and r["reason"] for r in one["tables"]["rejected"])
     rnd = random.Random(seed)
