@@ -52,6 +52,30 @@ _YOUNG_MAX = 1 << 22
 _CHUNK_ROWS = 4096
 
 
+class YoungGC:
+    """The young-collection schedule of a replay loop that runs with automatic GC off (replay_gc;
+    see _YOUNG_ROWS): `at` is the input row before which the next young collection runs, and
+    `every` the interval, doubled after a collection that freed nothing. The in-process engine
+    (LocalEngine) and each bucket call of the Spark engine (jobs.spark_engine.process_bucket) keep
+    one each."""
+
+    __slots__ = ("every", "at")
+
+    def __init__(self) -> None:
+        self.every = _YOUNG_ROWS
+        self.at = _YOUNG_ROWS
+
+    def collect(self, row: int) -> int:
+        """The young collection before input row `row`; sets the next one's row. Returns the objects
+        freed (0 when automatic GC is on: then the interpreter collects by itself)."""
+        freed = 0
+        if not gc.isenabled():
+            freed = gc.collect(1)
+            self.every = _YOUNG_ROWS if freed else min(self.every * 2, _YOUNG_MAX)
+        self.at = row + self.every
+        return freed
+
+
 @contextmanager
 def replay_gc():
     """Automatic GC off for the duration of a replay loop (restored after), see above."""
@@ -77,8 +101,7 @@ class LocalEngine:
         owns = owns_fn(worker, workers) if workers > 1 else None
         self.cluster = Cluster(config, emit_global=worker == 0, owns=owns, sees_all=True)
         self.input_rows = 0
-        self.young_every = _YOUNG_ROWS
-        self.young_at = _YOUNG_ROWS        # input_rows at the next young collection
+        self.young = YoungGC()
         self.min_seq = None
         self.max_seq = None
 
@@ -97,8 +120,9 @@ class LocalEngine:
         evs = [r[0] if r[1].__class__ is Plain or r[0].__class__ is Foreign else None for r in rows]
         n = len(rows)
         i = 0
+        young = self.young
         while i < n:
-            if self.input_rows + 1 >= self.young_at:
+            if self.input_rows + 1 >= young.at:
                 self.collect_young(self.input_rows + 1)       # before that row
             if evs[i] is None:
                 ev = self._validated(*rows[i])
@@ -108,7 +132,7 @@ class LocalEngine:
                     continue
                 evs[i] = ev
             # up to the row before the next young collection's
-            stop = min(n, i + max(1, self.young_at - self.input_rows - 1))
+            stop = min(n, i + max(1, young.at - self.input_rows - 1))
             before = cl.rejected
             k, lo, hi = cl.apply_run(evs, i, stop)
             self.input_rows += k - i
@@ -143,12 +167,24 @@ class LocalEngine:
         """The young collection while a replay loop has automatic GC off (see _YOUNG_ROWS), before
         input row number `row` (default: the last one counted), and the next one's row: twice as
         far when this one freed nothing. Returns the objects freed."""
-        freed = 0
-        if not gc.isenabled():
-            freed = gc.collect(1)
-            self.young_every = _YOUNG_ROWS if freed else min(self.young_every * 2, _YOUNG_MAX)
-        self.young_at = (self.input_rows if row is None else row) + self.young_every
-        return freed
+        return self.young.collect(self.input_rows if row is None else row)
+
+    # the schedule's fields under the engine's own names (tests set and read them)
+    @property
+    def young_at(self) -> int:
+        return self.young.at
+
+    @young_at.setter
+    def young_at(self, row: int) -> None:
+        self.young.at = row
+
+    @property
+    def young_every(self) -> int:
+        return self.young.every
+
+    @young_every.setter
+    def young_every(self, rows: int) -> None:
+        self.young.every = rows
 
     def drain(self, final: bool) -> tuple[dict, "pa.Table"]:
         """The output rows since the last drain by table, and the `partition_state` rows of the

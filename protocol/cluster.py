@@ -173,6 +173,17 @@ class Cluster:
         # its `thaw` in when it decodes a cluster; a cluster never decoded has no cold entries)
         return self.thaw_fn(self, key)
 
+    def release(self) -> None:
+        """The cluster is done with (a Spark bucket's, once encoded): drop its partitions. Nothing
+        else holds them, and their objects form no cycles of their own, so reference counting frees
+        them at once. Left alone, a cluster is garbage in cycles (each partition points back at it)
+        that only a full collection frees, after walking every object of it. The cluster is empty
+        afterwards."""
+        self.partitions.clear()
+        self.by_broker.clear()
+        self.by_topic.clear()
+        self.cold = ColdPartitions()
+
     def all_partitions(self) -> list[Partition]:
         """Every partition, in key order (the cold ones decoded)."""
         for key in sorted(self.cold):
