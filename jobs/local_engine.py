@@ -169,23 +169,6 @@ class LocalEngine:
         far when this one freed nothing. Returns the objects freed."""
         return self.young.collect(self.input_rows if row is None else row)
 
-    # the schedule's fields under the engine's own names (tests set and read them)
-    @property
-    def young_at(self) -> int:
-        return self.young.at
-
-    @young_at.setter
-    def young_at(self, row: int) -> None:
-        self.young.at = row
-
-    @property
-    def young_every(self) -> int:
-        return self.young.every
-
-    @young_every.setter
-    def young_every(self, rows: int) -> None:
-        self.young.every = rows
-
     def drain(self, final: bool) -> tuple[dict, "pa.Table"]:
         """The output rows since the last drain by table, and the `partition_state` rows of the
         partitions touched since then (as Arrow, built column-wise: see protocol.state_table)."""

@@ -171,23 +171,23 @@ def test_young_collections_back_off_only_while_they_free_nothing():
     with le.replay_gc():
         gc.collect()
         assert eng.collect_young() == 0
-        assert eng.young_every == 2 * le._YOUNG_ROWS
+        assert eng.young.every == 2 * le._YOUNG_ROWS
         assert eng.collect_young() == 0
-        assert eng.young_every == 4 * le._YOUNG_ROWS
+        assert eng.young.every == 4 * le._YOUNG_ROWS
         for _ in range(30):                 # grows to the cap, never past it
             eng.collect_young()
-        assert eng.young_every == le._YOUNG_MAX
+        assert eng.young.every == le._YOUNG_MAX
         a, b = [], []
         a.append(b)
         b.append(a)                         # a cycle, unreachable once the names go
         del a, b
         assert eng.collect_young() >= 2
-        assert eng.young_every == le._YOUNG_ROWS
-        assert eng.young_at == eng.input_rows + le._YOUNG_ROWS
-        # feed() collects when input_rows reaches young_at
-        eng.young_at = eng.input_rows + 1
+        assert eng.young.every == le._YOUNG_ROWS
+        assert eng.young.at == eng.input_rows + le._YOUNG_ROWS
+        # feed() collects when input_rows reaches young.at
+        eng.young.at = eng.input_rows + 1
         eng.feed({"seq": 1, "ts_ms": 0, "type": "BrokerRegister", "broker": 1, "broker_epoch": 1}, None, None)
-        assert eng.young_at == eng.input_rows + 2 * le._YOUNG_ROWS
+        assert eng.young.at == eng.input_rows + 2 * le._YOUNG_ROWS
         assert eng.input_rows == 1
     assert gc.isenabled()
 

@@ -49,7 +49,7 @@ def _stream(tmp_path, seed: int):
 
 def _run(stream, cfg, rows_at_once, young, worker=0, workers=1):
     eng = LocalEngine(cfg, worker, workers)
-    eng.young_every = eng.young_at = young
+    eng.young.every = eng.young.at = young
     collected = []                           # the input rows that young collections came before
     real = eng.collect_young
 
