@@ -75,6 +75,11 @@ class YoungGC:
         self.at = row + self.every
         return freed
 
+    def run(self, cl: Cluster, evs: list, i: int, n: int, done: int) -> tuple[int, int, int]:
+        """cl.apply_run(evs, i, ...) up to evs[n - 1], and not past the row before the next young
+        collection's (`done` rows fed so far): the caller collects before that row."""
+        return cl.apply_run(evs, i, min(n, i + max(1, self.at - done - 1)))
+
 
 @contextmanager
 def replay_gc():
@@ -131,10 +136,8 @@ class LocalEngine:
                     i += 1
                     continue
                 evs[i] = ev
-            # up to the row before the next young collection's
-            stop = min(n, i + max(1, young.at - self.input_rows - 1))
             before = cl.rejected
-            k, lo, hi = cl.apply_run(evs, i, stop)
+            k, lo, hi = young.run(cl, evs, i, n, self.input_rows)
             self.input_rows += k - i
             if self.min_seq is None or lo < self.min_seq:
                 self.min_seq = lo

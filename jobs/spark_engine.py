@@ -92,18 +92,18 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
     called outside Spark: the full collections that kept coming while a bucket's partitions were
     built rescanned all of them, and every bucket's dead Cluster waited for one; 37% of the calls'
     time went to the GC (14.3 s of 38.4 s, compiled core), against 2.3-2.9 s of 21-26 s after."""
-    from .local_engine import YoungGC, replay_gc
-    young = YoungGC()
+    from .local_engine import replay_gc
     with replay_gc():
-        return _process_bucket(bucket, n_buckets, cfg, blob, chunks, watermark, timed_out, stream, young)
+        return _process_bucket(bucket, n_buckets, cfg, blob, chunks, watermark, timed_out, stream)
 
 
 def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes | None, chunks, watermark: int,
-                    timed_out: bool, stream: str | None, young):
+                    timed_out: bool, stream: str | None):
     from protocol.cluster import Cluster
     from protocol.codec import decode_cluster, encode_cluster
     from schemas.events import EVENT_COLUMNS
     from schemas.tables import partition_state_arrow
+    from .local_engine import YoungGC
     from .spark_source import raw_rows_at, unpack
 
     owns = owns_fn(bucket, n_buckets)
@@ -117,6 +117,7 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
     n_in = 0
     mn = mx = None
     cols = EVENT_COLUMNS
+    young = YoungGC()
     done = 0                 # items applied or rejected so far (the young collections' clock)
     if not timed_out:
         for pos, nin, lo, hi, payload in sorted(chunks, key=lambda c: c[0]):
@@ -142,7 +143,7 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
                 rows = cl.out.tables.get("rejected")
                 before = len(rows) if rows is not None else 0
                 rejected = cl.rejected
-                k = cl.apply_run(evs, i, min(n, i + max(1, young.at - done - 1)))[0]
+                k = young.run(cl, evs, i, n, done)[0]
                 done += k - i
                 i = k
                 if cl.rejected == rejected:
