@@ -101,7 +101,6 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
                     timed_out: bool, stream: str | None):
     from protocol.cluster import Cluster
     from protocol.codec import decode_cluster, encode_cluster
-    from schemas.events import EVENT_COLUMNS
     from schemas.tables import partition_state_arrow
     from .local_engine import YoungGC
     from .spark_source import raw_rows_at, unpack
@@ -116,7 +115,6 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
     need_raw: list[tuple[dict, int]] = []
     n_in = 0
     mn = mx = None
-    cols = EVENT_COLUMNS
     young = YoungGC()
     done = 0                 # items applied or rejected so far (the young collections' clock)
     if not timed_out:
@@ -127,37 +125,7 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
                 mn = lo
             if hi is not None and (mx is None or hi > mx):
                 mx = hi
-            items = unpack(payload)
-            # the chunk's events in runs, one core call each (Cluster.apply_run, as the in-process
-            # engine feeds its rows); a run stops after a row the core rejects
-            evs = [dict(zip(cols, item[1])) if item[0] == APPLY else None for item in items]
-            i, n = 0, len(items)
-            while i < n:
-                if done + 1 >= young.at:
-                    young.collect(done + 1)
-                if evs[i] is None:
-                    pre_rejected.append(items[i][1])
-                    done += 1
-                    i += 1
-                    continue
-                rows = cl.out.tables.get("rejected")
-                before = len(rows) if rows is not None else 0
-                rejected = cl.rejected
-                k = young.run(cl, evs, i, n, done)[0]
-                done += k - i
-                i = k
-                if cl.rejected == rejected:
-                    continue
-                rows = cl.out.tables.get("rejected")
-                if rows is not None and len(rows) > before and rows[-1]["raw"] is None:
-                    # the core's rejection of the run's last row, emitted here (a broadcast row's
-                    # only in bucket 0): attach the raw row (carried along by the Kafka source,
-                    # re-read by position from the stream files otherwise)
-                    raw = items[i - 1][2]
-                    if type(raw) is str:
-                        rows[-1]["raw"] = raw
-                    else:
-                        need_raw.append((rows[-1], raw))
+            done = _feed_chunk(cl, unpack(payload), young, done, pre_rejected, need_raw)
     if need_raw:
         if stream is None:
             raise ValueError("process_bucket needs the stream path to attach rejected rows' raw JSON")
@@ -179,6 +147,46 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
     blob = encode_cluster(cl)
     cl.release()
     return tables, state, stats, blob, timeout
+
+
+def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw: list) -> int:
+    """Apply one source chunk's items to the bucket's core; returns the young-collection clock.
+
+    The chunk's events go in runs, one core call each (Cluster.apply_run, as the in-process engine
+    feeds its rows); a run stops after a row the core rejects. Rows the source already rejected go
+    to `pre_rejected`; a core rejection whose raw row the source carried by position goes to
+    `need_raw`, to be re-read from the stream files once per call."""
+    from schemas.events import EVENT_COLUMNS
+    cols = EVENT_COLUMNS
+    evs = [dict(zip(cols, item[1])) if item[0] == APPLY else None for item in items]
+    i, n = 0, len(items)
+    while i < n:
+        if done + 1 >= young.at:
+            young.collect(done + 1)
+        if evs[i] is None:
+            pre_rejected.append(items[i][1])
+            done += 1
+            i += 1
+            continue
+        rows = cl.out.tables.get("rejected")
+        before = len(rows) if rows is not None else 0
+        rejected = cl.rejected
+        k = young.run(cl, evs, i, n, done)[0]
+        done += k - i
+        i = k
+        if cl.rejected == rejected:
+            continue
+        rows = cl.out.tables.get("rejected")
+        if rows is not None and len(rows) > before and rows[-1]["raw"] is None:
+            # the core's rejection of the run's last row, emitted here (a broadcast row's only in
+            # bucket 0): attach the raw row (carried along by the Kafka source, re-read by position
+            # from the stream files otherwise)
+            raw = items[i - 1][2]
+            if type(raw) is str:
+                rows[-1]["raw"] = raw
+            else:
+                need_raw.append((rows[-1], raw))
+    return done
 
 
 # A bucket's state value in Spark's state store: b"IZ" + the blob's size (8 bytes, little endian) +
