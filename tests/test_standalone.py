@@ -1,9 +1,11 @@
-"""A real Spark standalone cluster (issue 11.4): a master and a worker started from the pyspark
+"""A real Spark standalone cluster (issue 11.4): a master and two workers started from the pyspark
 installation on 127.0.0.1 (the pip wheel has no sbin/start-*.sh, so the JVM classes are run
 directly), `spark-submit --master spark://... jobs/spark_job.py replay ...` against it (with the
 delta-spark JARs given with --jars when ./dev setup cached them: the native sink then writes from
-the executor), and the tables must equal the in-process engine's. Bounded; every process it
-starts is stopped. (No Docker engine on these machines: docker/ is not exercised here.)"""
+the executors), and the tables must equal the in-process engine's. Two workers, one executor JVM
+each with its own Python workers: closures must pickle, the code must ship to the executors
+(ship_code), and the buckets' state checkpoint must be shared between them. Bounded; every process
+it starts is stopped. (No Docker engine on these machines: docker/ is not exercised here.)"""
 from __future__ import annotations
 
 import json
@@ -75,7 +77,7 @@ def test_standalone_cluster_matches_in_process_engine(tmp_path):
     # otherwise looks for a source build ("Cannot find any build directories"; spark-class sets it)
     env = dict(os.environ, SPARK_HOME=str(home), SPARK_SCALA_VERSION="2.13", SPARK_LOCAL_IP="127.0.0.1",
                SPARK_LOG_DIR=str(tmp_path / "logs"), PYSPARK_PYTHON=sys.executable)
-    mport, mweb, wweb = _port(), _port(), _port()
+    mport, mweb = _port(), _port()
     url = f"spark://127.0.0.1:{mport}"
     procs = []
     try:
@@ -85,20 +87,26 @@ def test_standalone_cluster_matches_in_process_engine(tmp_path):
                                   env=env, stdout=open(mlog, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(master)
         _wait_for(mlog, "I have been elected leader", master, 120)
-        wlog = tmp_path / "worker.log"
-        worker = subprocess.Popen([java, "-Xmx256m", "-cp", cp, "org.apache.spark.deploy.worker.Worker",
-                                   "--host", "127.0.0.1", "--webui-port", str(wweb), "--cores", "2", "--memory", "1536m",
-                                   "--work-dir", str(tmp_path / "work"), url],
-                                  env=env, stdout=open(wlog, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(worker)
-        _wait_for(wlog, "Successfully registered with master", worker, 120)
+        workers = []
+        for k in (1, 2):
+            # one core and one executor each: the buckets' tasks are spread over two executor JVMs
+            wlog = tmp_path / f"worker{k}.log"
+            worker = subprocess.Popen([java, "-Xmx256m", "-cp", cp, "org.apache.spark.deploy.worker.Worker",
+                                       "--host", "127.0.0.1", "--webui-port", str(_port()), "--cores", "1",
+                                       "--memory", "1g", "--work-dir", str(tmp_path / f"work{k}"), url],
+                                      env=env, stdout=open(wlog, "wb"), stderr=subprocess.STDOUT,
+                                      start_new_session=True)
+            procs.append(worker)
+            workers.append((wlog, worker))
+        for wlog, worker in workers:
+            _wait_for(wlog, "Successfully registered with master", worker, 120)
 
         stream = str(ROOT / "examples" / "demo")
         tables = tmp_path / "cluster"
         from jobs.jars import spark_extra_jars
         jars = spark_extra_jars()
         cmd = [str(VENV_BIN / "spark-submit"), "--master", url, "--driver-memory", "1g",
-               "--conf", "spark.executor.memory=1g", "--conf", "spark.ui.enabled=false"]
+               "--conf", "spark.executor.memory=768m", "--conf", "spark.ui.enabled=false"]
         if jars:
             cmd += ["--jars", ",".join(jars)]
         cmd += [str(ROOT / "jobs" / "spark_job.py"), "replay", stream, "--tables", str(tables),
@@ -113,8 +121,12 @@ def test_standalone_cluster_matches_in_process_engine(tmp_path):
         assert summary["sink"] == ("delta-spark" if any("delta-spark" in j for j in jars) else "delta-rs")
         info = json.loads((tables / "_run.json").read_text())
         assert info["master"] == url and info["engine"] == "spark"
-        # the executor really ran on the worker
-        assert any((tmp_path / "work").rglob("stderr"))
+        # an executor really ran on each worker, and each ran tasks of the query (Spark's executor
+        # log names every task it finishes)
+        for k in (1, 2):
+            logs = list((tmp_path / f"work{k}").rglob("stderr"))
+            assert logs, f"no executor ran on worker {k}"
+            assert any("Finished task" in f.read_text(errors="replace") for f in logs), f"worker {k} ran no task"
 
         replay_local(stream, str(tmp_path / "local"), EngineConfig({}))
         assert diff_tables(tables, tmp_path / "local") == {}
