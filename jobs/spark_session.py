@@ -119,3 +119,19 @@ def ship_code(spark) -> None:
                 if f.is_file() and "__pycache__" not in f.parts:
                     z.write(f, f.relative_to(root).as_posix())
     spark.sparkContext.addPyFile(path)
+
+
+def await_idle(spark, timeout: float = 60.0) -> bool:
+    """Wait until the session runs no Spark job (two looks 0.1 s apart), at most `timeout` seconds;
+    True when idle. The Spark engine waits so before it reports (spark_engine._quiesce), so the
+    process ends with no Spark job in flight."""
+    import time
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while time.monotonic() < deadline:
+        quiet = quiet + 1 if not tracker.getActiveJobsIds() else 0
+        if quiet >= 2:
+            return True
+        time.sleep(0.1)
+    return False

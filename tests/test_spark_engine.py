@@ -66,3 +66,35 @@ def test_spark_parquet_simulated_and_idempotent_rerun(spark, tmp_path):
     again = _spark_replay(spark, stream, out, cfg, tmp_path / "ck", 2, None, None)
     assert again["input_rows"] == 0
     assert diff_tables(ref, out) == {}
+
+
+def test_await_idle_waits_for_a_job_started_in_the_background(spark):
+    """A replay returns only once its session runs no Spark job (spark_session.await_idle): a job
+    another thread started, as the native sink's commits leave some running, is waited for."""
+    import threading
+    import time
+
+    from jobs.spark_session import await_idle
+
+    def slow(_):
+        time.sleep(1.5)
+
+    t = threading.Thread(target=lambda: spark.sparkContext.parallelize([1], 1).foreach(slow))
+    t.start()
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.time() + 60
+    while not tracker.getActiveJobsIds() and time.time() < deadline:
+        time.sleep(0.02)
+    assert tracker.getActiveJobsIds(), "the background job never started"
+    t0 = time.time()
+    assert await_idle(spark, timeout=60)
+    assert time.time() - t0 > 0.5
+    assert not tracker.getActiveJobsIds()
+    t.join(timeout=30)
+    # and a bounded wait gives up on a job that outlasts it
+    t = threading.Thread(target=lambda: spark.sparkContext.parallelize([1], 1).foreach(slow))
+    t.start()
+    while not tracker.getActiveJobsIds() and time.time() < deadline:
+        time.sleep(0.02)
+    assert await_idle(spark, timeout=0.3) is False
+    t.join(timeout=30)
