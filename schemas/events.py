@@ -135,6 +135,9 @@ Epoch = Annotated[Int, at.Ge(0), at.Le(EPOCH_MAX)]  # leader_epoch / partition_e
 RequestEpoch = Annotated[Int, at.Ge(-1)]  # epochs a request carries (-1: unknown)
 BrokerEpoch = Annotated[Long, at.Ge(0)]
 PrevBrokerEpoch = Annotated[Long, at.Ge(-1)]  # -1: unclean shutdown
+# a fetch's ReplicaState.ReplicaEpoch; -1 (Kafka's default: the request carries none) is never
+# checked against the leader's cache (B3) and leaves the follower ISR-eligible by its epoch (B5)
+FetchBrokerEpoch = Annotated[Long, at.Ge(-1)]
 Offset = Annotated[Long, at.Ge(0), at.Le(OFFSET_MAX)]
 SeqRef = Annotated[Long, at.Ge(0)]  # a seq the row refers to (compared, never added to)
 Records = Annotated[Int, at.Ge(1)]
@@ -376,7 +379,7 @@ class Produce(PartitionBrokerEvent):
 class Fetch(PartitionBrokerEvent):
     type: Literal["Fetch"]
     target: Optional[BrokerId] = None
-    broker_epoch: Optional[BrokerEpoch] = None
+    broker_epoch: Optional[FetchBrokerEpoch] = None
     fetch_offset: Optional[Offset] = None
     last_fetched_epoch: Optional[RequestEpoch] = None
     current_leader_epoch: Optional[RequestEpoch] = None

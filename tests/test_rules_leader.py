@@ -112,6 +112,25 @@ def test_fetch_from_a_stale_broker_epoch_is_refused():
     assert last(out, "fetch", seq=seq, result="NOT_LEADER_OR_FOLLOWER")   # B3: cached epoch 102 > 101
 
 
+def test_fetch_without_a_broker_epoch_is_served_and_keeps_the_follower_eligible():
+    """A recorded fetch with broker_epoch -1 (ReplicaState.ReplicaEpoch's default: the request
+    carries none) is a well-formed request: B3 does not check it against the leader's cache, it is
+    no drift from the model, and B5 leaves the follower ISR-eligible by its epoch."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.produce(1, 3, acks=1)
+    seq = s.fetch(2, target=1, fetch_offset=0, current_leader_epoch=0, last_fetched_epoch=-1, broker_epoch=-1)
+    out = run_events(s.events, {"output.fetch": "all"})
+    assert not rows(out, "rejected")
+    assert last(out, "fetch", seq=seq, result="OK")["replica_leo"] == 3
+    assert not rows(out, "fetch", seq=seq, result="DRIFT")
+    lrep = leader_rep(out)
+    fs = lrep.followers[2]
+    assert (fs.broker_epoch, fs.leo) == (-1, 0)            # B3: the leader learns LEO 3 at the next fetch
+    from protocol.broker.leader import eligible
+    assert eligible(out["_cluster"].partitions[("t", 0)], lrep, 2, fs)
+
+
 # ---------------------------------------------------------------- C8 follower HWM
 def test_follower_hwm_is_the_response_hwm_clamped_to_its_leo():
     s = S().up(1, 2)
