@@ -277,6 +277,19 @@ def test_periodic_unclean_election_after_enabling_it_by_config():
     assert (m["isr"], m["leader_recovery_state"]) == ([3], "RECOVERING")
 
 
+def test_periodic_unclean_election_fires_on_an_event_exactly_at_its_time():
+    """An event at exactly the periodic task's time runs it (a timer due at or before the event's
+    time fires before it): the task is not skipped to the next multiple, and not lost when no
+    event comes after."""
+    s = leaderless()
+    s.at(10_000).alter_config(unclean_leader_election_enable="true")
+    s.at(300_000).tick()
+    s.at(400_000).tick()
+    out = run_events(s.events, {"eligible.leader.replicas.enable": "false"})
+    e = [r for r in out["elections"] if r["new_leader"] == 3]
+    assert [(r["election"], r["ts_ms"]) for r in e] == [("UNCLEAN", 300_000)]
+
+
 def test_no_unclean_election_when_disabled():
     s = leaderless()
     s.at(700_000).tick()
