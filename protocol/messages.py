@@ -12,6 +12,9 @@ from typing import NamedTuple
 
 NO_LEADER = -1
 NO_CHANGE = -2
+# a broker epoch a request does not carry (Kafka's default -1 in a fetch's ReplicaState and an
+# AlterPartition's BrokerState): never checked against the cached epoch (B3, B5, A19)
+NO_BROKER_EPOCH = -1
 RECOVERED = "RECOVERED"
 RECOVERING = "RECOVERING"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..log import ReplicaLog
-from ..messages import FOLLOWER, LEADER
+from ..messages import FOLLOWER, LEADER, NO_BROKER_EPOCH
 from ..registry import Broker
 from ..replica import Replica
 from .leader import resign
@@ -69,8 +69,8 @@ def drift(p, ev, frep, m_target, m_off, m_lfe, m_cle, m_be) -> None:
         found.append(f"last_fetched_epoch {ev['last_fetched_epoch']} vs model {m_lfe}")
     if ev["current_leader_epoch"] is not None and ev["current_leader_epoch"] != m_cle:
         found.append(f"current_leader_epoch {ev['current_leader_epoch']} vs model {m_cle}")
-    if ev["broker_epoch"] is not None and ev["broker_epoch"] != -1 and ev["broker_epoch"] != m_be:
-        # (-1: the request carries no broker epoch, which is no claim about it)
+    if ev["broker_epoch"] is not None and ev["broker_epoch"] not in (NO_BROKER_EPOCH, m_be):
+        # (NO_BROKER_EPOCH: the request carries none, which is no claim about it)
         found.append(f"broker_epoch {ev['broker_epoch']} vs model {m_be}")
     if ev["target"] is not None and m_target is not None and ev["target"] != m_target:
         found.append(f"target {ev['target']} vs model leader {m_target}")

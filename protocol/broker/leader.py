@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import effective_min_isr
 from ..log import ReplicaLog
-from ..messages import LEADER, RECOVERED, AlterPartitionRequest, IsrMember
+from ..messages import LEADER, NO_BROKER_EPOCH, RECOVERED, AlterPartitionRequest, IsrMember
 from ..replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def eligible(p: Partition, rep: Replica, r: int, fs: FollowerState) -> bool:
         return False
     if fs.broker_epoch is None:
         return False
-    return fs.broker_epoch == -1 or fs.broker_epoch == reg.epoch
+    return fs.broker_epoch == NO_BROKER_EPOCH or fs.broker_epoch == reg.epoch
 
 
 def under_min_isr(p: Partition, rep: Replica) -> bool:
@@ -391,7 +391,7 @@ def check_fetch_position(llog: ReplicaLog, lfe: int | None, off: int):
 
 def fetcher_epoch_stale(p: Partition, leader: int, b: int, bepoch: Any) -> bool:
     """B3: the fetch carries a broker epoch older than the leader's metadata cache has for b."""
-    if bepoch is None or bepoch == -1:
+    if bepoch is None or bepoch == NO_BROKER_EPOCH:
         return False
     reg = p.cl.view_of(leader).get(b)
     return reg is not None and reg.epoch > bepoch

@@ -6,8 +6,8 @@ through `p.channels`).
 """
 from __future__ import annotations
 
-from ..messages import (NO_CHANGE, RECOVERED, RECOVERING, AlterPartitionRequest, AlterPartitionResponse,
-                        LeaderAndIsr, RegistrationSnapshot)
+from ..messages import (NO_BROKER_EPOCH, NO_CHANGE, RECOVERED, RECOVERING, AlterPartitionRequest,
+                        AlterPartitionResponse, LeaderAndIsr, RegistrationSnapshot)
 from .change_builder import PartitionChangeBuilder
 
 UNCLEAN_KINDS = frozenset({"UNCLEAN", "LAST_KNOWN_ELR", "DESIGNATED"})
@@ -174,6 +174,6 @@ def validate_alter_partition(p, req: AlterPartitionRequest) -> str | None:
         return "INVALID_REQUEST"
     for r, e in req.new_isr:
         g = brokers.get(r)
-        if g is None or not g.registered or g.in_cs or g.fenced or (e != -1 and e != g.epoch):
+        if g is None or not g.registered or g.in_cs or g.fenced or (e != NO_BROKER_EPOCH and e != g.epoch):
             return "INELIGIBLE_REPLICA"
     return None
