@@ -126,10 +126,10 @@ class DeltaSink:
         self._dts: dict[str, DeltaTable] = {}
         for name in TABLES:
             self._dts[name] = self._open_or_create(name)
-        # partition_state as committed (read back on a restart), in key order, and each key's row in it
+        # partition_state as committed (read back on a restart), in key order
         want = arrow_schema("partition_state")
         have = _to_arrow_table(self._dts["partition_state"])
-        self._state, self._pos = _keyed(have.select(want.names).cast(want))
+        self._state = _keyed(have.select(want.names).cast(want))
 
     # -- tables ------------------------------------------------------------
     def table_path(self, name: str) -> str:
@@ -233,7 +233,7 @@ class DeltaSink:
     def _commit_state(self, batch_id: int, rows: Rows) -> int:
         new = self._to_arrow("partition_state", rows)
         if new.num_rows:
-            self._state, self._pos = _upsert(self._state, self._pos, new)
+            self._state = _upsert(self._state, new)
         if not new.num_rows or self._done("partition_state", batch_id):
             return 0
         self._write("partition_state", self._state, batch_id, "overwrite")
@@ -248,37 +248,53 @@ class DeltaSink:
         return self._dts[name]
 
 
-def _keys(t: pa.Table) -> list[tuple]:
-    return list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist()))
+def _key_codes(t: pa.Table, topics: pa.Array) -> np.ndarray:
+    """Each row's (topic, partition) as one int64 that orders as the pair does: the topic's index
+    in `topics` (sorted, so the index orders as the name) times 2**32, plus the partition (an
+    int32, so it never reaches the next topic's range)."""
+    import pyarrow.compute as pc
+    code = pc.index_in(t.column("topic"), value_set=topics).to_numpy(zero_copy_only=False)
+    part = t.column("partition").to_numpy()
+    return code.astype(np.int64) * (1 << 32) + part.astype(np.int64)
 
 
-def _keyed(t: pa.Table) -> tuple[pa.Table, dict[tuple, int]]:
-    """t in key order (Arrow orders strings by UTF-8 bytes, which is Python's code point order),
-    with each key's row."""
-    t = t.sort_by([("topic", "ascending"), ("partition", "ascending")])
-    return t, {k: i for i, k in enumerate(_keys(t))}
+def _keyed(t: pa.Table) -> pa.Table:
+    """t in key order (Arrow orders strings by UTF-8 bytes, which is Python's code point order)."""
+    return t.sort_by([("topic", "ascending"), ("partition", "ascending")])
 
 
-def _upsert(state: pa.Table, pos: dict[tuple, int], new: pa.Table) -> tuple[pa.Table, dict[tuple, int]]:
-    """state with new's rows replacing those of the same key (the last one of a key in new wins)
-    and the new keys added, in key order."""
-    keys = _keys(new)
-    n = state.num_rows
+def _upsert(state: pa.Table, new: pa.Table) -> pa.Table:
+    """state (in key order) with new's rows replacing those of the same key (the last one of a key
+    in new wins) and the new keys added, in key order. Column-wise: at 100k partitions a batch
+    upserts ~100k rows, which a Python loop over the keys took ~0.25 s to place."""
+    import pyarrow.compute as pc
+    n, m = state.num_rows, new.num_rows
+    topics = pc.unique(pa.chunked_array(state.column("topic").chunks + new.column("topic").chunks,
+                                        type=state.schema.field("topic").type))
+    topics = topics.take(pc.array_sort_indices(topics))
+    ks, kn = _key_codes(state, topics), _key_codes(new, topics)
+    # new's keys, each once (its last row), in key order: a stable sort keeps a key's rows in input
+    # order, so the last of each run of equal keys is the key's last row
+    order = np.argsort(kn, kind="stable")
+    kn = kn[order]
+    last = np.ones(m, dtype=bool)
+    last[:-1] = kn[1:] != kn[:-1]
+    rows_new, kn = order[last], kn[last]
+    if n == 0:
+        return new.take(pa.array(rows_new))
+    at = np.searchsorted(ks, kn)
+    found = at < n
+    found[found] = ks[at[found]] == kn[found]
     both = pa.concat_tables([state, new])
-    if all(k in pos for k in keys):
+    if found.all():
         idx = np.arange(n, dtype=np.int64)
-        for j, k in enumerate(keys):
-            idx[pos[k]] = n + j
-        return both.take(pa.array(idx)), pos
-    keep = np.ones(n + len(keys), dtype=bool)
-    last: dict[tuple, int] = {}
-    for j, k in enumerate(keys):
-        if k in pos:
-            keep[pos[k]] = False
-        if k in last:
-            keep[n + last[k]] = False
-        last[k] = j
-    return _keyed(both.filter(pa.array(keep)))
+        idx[at] = n + rows_new
+        return both.take(pa.array(idx))
+    keep = np.ones(n, dtype=bool)
+    keep[at[found]] = False
+    rows = np.concatenate([np.flatnonzero(keep), n + rows_new])
+    keys = np.concatenate([ks[keep], kn])
+    return both.take(pa.array(rows[np.argsort(keys, kind="stable")]))
 
 
 # -- reading -----------------------------------------------------------------

@@ -8,7 +8,15 @@ projection as row dicts (tests, the simulator's digest, small tables).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .log import ReplicaLog
 from .messages import LEADER
+from .registry import Broker
+from .replica import Replica
+
+if TYPE_CHECKING:
+    from .partition import Partition
 
 # the columns of one partition's row, in the table's order; replica_states is nested (REPLICA_COLUMNS)
 PARTITION_COLUMNS = ("topic", "partition", "seq", "idx", "ts_ms", "leader", "leader_epoch", "partition_epoch",
@@ -31,7 +39,16 @@ def partition_state_columns(cl, keys=None) -> tuple[dict[str, list], list[int], 
     counts: list[int] = []
     parts = cl.partitions
     brokers = cl.brokers
-    for key in sorted(keys):
+    # typed locals: the compiled core then reads the slots directly (~100k partitions per batch at
+    # 100k partitions, so this loop is a replay's largest cost after the feed)
+    p: Partition | None
+    lrep: Replica | None
+    lead: Replica | None
+    r: Replica
+    br: Broker | None
+    log: ReplicaLog
+    rlog: ReplicaLog
+    for key in _key_order(keys):
         p = parts.get(key)
         if p is None:
             continue
@@ -100,3 +117,22 @@ def partition_state_rows(cl, keys=None) -> list[dict]:
         at += n
         rows.append(row)
     return rows
+
+
+def _key_order(keys) -> list[tuple[str, int]]:
+    """The keys (topic, partition) sorted. Sorted per topic as plain ints: `sorted` over 100k
+    (str, int) tuples compares through each tuple (~0.19 s at 100k partitions, the tuples spread
+    over the heap); grouping first sorts small ints (~10x faster)."""
+    by_topic: dict[str, list[int]] = {}
+    for key in keys:
+        t = key[0]
+        ns = by_topic.get(t)
+        if ns is None:
+            by_topic[t] = ns = []
+        ns.append(key[1])
+    out: list[tuple[str, int]] = []
+    for t in sorted(by_topic):
+        ns = by_topic[t]
+        ns.sort()
+        out.extend([(t, n) for n in ns])
+    return out
