@@ -219,7 +219,7 @@ def test_console_script_exits_without_walking_the_heap(monkeypatch, capsys):
 def test_partition_state_columns_are_the_rows(seed):
     """protocol.state_table: the engines' column-wise projection (to Arrow without row dicts) is the
     table's schema and gives exactly the rows of partition_state_rows, for every partition and for
-    a subset, in key order."""
+    a subset (in any order), in key order."""
     import pyarrow as pa
 
     from protocol.state_table import PARTITION_COLUMNS, REPLICA_COLUMNS
@@ -234,7 +234,8 @@ def test_partition_state_columns_are_the_rows(seed):
         if ev is not None:
             cl.apply(ev)
     keys = sorted(cl.partitions)
-    for subset in (None, keys[::2], [], [("no-such-topic", 0)] + keys[:1]):
+    # subsets in key order, in reverse and as a set (the touched set): the rows come in key order
+    for subset in (None, keys[::2], keys[::-1], set(keys), [], [("no-such-topic", 0)] + keys[:1]):
         rows = cl.partition_state_rows(subset)
         assert [(r["topic"], r["partition"]) for r in rows] == sorted((r["topic"], r["partition"]) for r in rows)
         got = partition_state_arrow(*cl.partition_state_columns(subset))
@@ -242,3 +243,17 @@ def test_partition_state_columns_are_the_rows(seed):
         assert got.to_pylist() == rows
         assert got.schema == sch and isinstance(got, pa.Table)
     assert any(r["replica_states"] for r in cl.partition_state_rows())
+
+
+def test_partition_state_key_order_is_sorted_keys():
+    """protocol.state_table._key_order (the rows' order, sorted per topic as ints) is sorted() of the
+    (topic, partition) keys, for topics that sort apart by code point and keys in any order."""
+    import random
+
+    from protocol.state_table import _key_order
+
+    rnd = random.Random(3)
+    topics = ["b", "a", "B", "é", "a-b", "zz", "t\u20ac"]
+    keys = {(rnd.choice(topics), rnd.choice((0, 1, 2, 255, 256, 257, 70_000, 2**31 - 1))) for _ in range(300)}
+    for given in (keys, sorted(keys, reverse=True), rnd.sample(sorted(keys), len(keys)), []):
+        assert _key_order(given) == sorted(keys if given else [])
