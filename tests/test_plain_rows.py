@@ -177,6 +177,30 @@ def test_a_canonical_stream_is_read_plain(tmp_path, monkeypatch):
         assert E.validate(a) == E.validate(b)
 
 
+def test_a_row_without_a_type_is_not_plain(tmp_path, monkeypatch):
+    """A file whose `type` column may hold nulls (not the canonical schema, where it is required):
+    a row with no type but a Produce's or a Fetch's columns in range is not plain, and validate
+    rejects it; the typed rows around it are plain."""
+    sch = E.EVENT_ARROW_SCHEMA
+    sch = sch.set(sch.get_field_index("type"), sch.field("type").with_nullable(True))
+    rows = []
+    for i in range(1, 41):
+        r = dict.fromkeys(E.EVENT_COLUMNS)
+        r.update(seq=i, ts_ms=i, topic="t", partition=i % 3, broker=i % 4)
+        if i % 2:
+            r.update(type="Produce" if i % 4 == 1 else None, records=1, acks=-1)
+        else:
+            r.update(type="Fetch" if i % 4 == 2 else None, target=0)
+        rows.append(r)
+    path = tmp_path / "part-00000.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=sch), path)
+    fast, slow = _read_both(path, monkeypatch)
+    assert [type(a) is E.ValidEvent for a, _, _ in fast] == [r["type"] is not None for r in rows]
+    for (a, _, _), (b, _, _), r in zip(fast, slow, rows):
+        assert E.validate(a) == E.validate(b)
+        assert (E.validate(a)[0] is None) == (r["type"] is None)
+
+
 def test_a_value_in_an_unknown_column_keeps_the_batch_on_the_row_path(tmp_path, monkeypatch):
     """The reader's dict of every row holds an unknown column's key once any row of the batch has
     a value in it; validate's dict never does (found by CI's hypothesis run)."""
