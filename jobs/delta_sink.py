@@ -266,7 +266,8 @@ def _keyed(t: pa.Table) -> pa.Table:
 def _upsert(state: pa.Table, new: pa.Table) -> pa.Table:
     """state (in key order) with new's rows replacing those of the same key (the last one of a key
     in new wins) and the new keys added, in key order. Column-wise: at 100k partitions a batch
-    upserts ~100k rows, which a Python loop over the keys took ~0.25 s to place."""
+    upserts ~100k rows; a Python loop over the keys placed the two batches of a 1M-row replay in
+    0.51 s, this in 0.14 s (docs/core-speed.md)."""
     import pyarrow.compute as pc
     n, m = state.num_rows, new.num_rows
     topics = pc.unique(pa.chunked_array(state.column("topic").chunks + new.column("topic").chunks,
