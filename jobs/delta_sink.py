@@ -28,6 +28,7 @@ from typing import Optional, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 
@@ -252,7 +253,6 @@ def _key_codes(t: pa.Table, topics: pa.Array) -> np.ndarray:
     """Each row's (topic, partition) as one int64 that orders as the pair does: the topic's index
     in `topics` (sorted, so the index orders as the name) times 2**32, plus the partition (an
     int32, so it never reaches the next topic's range)."""
-    import pyarrow.compute as pc
     code = pc.index_in(t.column("topic"), value_set=topics).to_numpy(zero_copy_only=False)
     part = t.column("partition").to_numpy()
     return code.astype(np.int64) * (1 << 32) + part.astype(np.int64)
@@ -268,7 +268,6 @@ def _upsert(state: pa.Table, new: pa.Table) -> pa.Table:
     in new wins) and the new keys added, in key order. Column-wise: at 100k partitions a batch
     upserts ~100k rows; a Python loop over the keys placed the two batches of a 1M-row replay in
     0.51 s, this in 0.14 s (docs/core-speed.md)."""
-    import pyarrow.compute as pc
     n, m = state.num_rows, new.num_rows
     topics = pc.unique(pa.chunked_array(state.column("topic").chunks + new.column("topic").chunks,
                                         type=state.schema.field("topic").type))

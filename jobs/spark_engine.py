@@ -672,7 +672,9 @@ def _quiesce(spark, writer: BatchWriter) -> None:
     th = getattr(writer.sink, "warm_thread", None)
     if th is not None:
         th.join(timeout=120)
-    await_idle(spark)
+    if not await_idle(spark):
+        print("isrflow: a Spark job of this run was still running after 60 s; the tables are committed, "
+              "the process exits without it", file=sys.stderr, flush=True)
 
 
 def _summary(writer: BatchWriter, t0: float, tables_dir: str, n_buckets: int, checkpoint: str, sink: str) -> dict:

@@ -29,8 +29,8 @@ def partition_state_columns(cl, keys=None) -> tuple[dict[str, list], list[int], 
     """The rows of the partitions `keys` (default: all), in key order, as columns:
     (PARTITION_COLUMNS -> values, each row's number of replica states, REPLICA_COLUMNS -> values of
     all rows' replica states one after the other, each row's in broker order)."""
-    if keys is None:
-        keys = [p.key for p in cl.all_partitions()]
+    # all_partitions() comes in key order already (and thaws the cold ones); other keys are sorted here
+    order = [p.key for p in cl.all_partitions()] if keys is None else _key_order(keys)
     cols: dict[str, list] = {c: [] for c in PARTITION_COLUMNS}
     reps: dict[str, list] = {c: [] for c in REPLICA_COLUMNS}
     (topic, partition, seq, idx, ts_ms, leader, leader_epoch, partition_epoch, replicas, isr, elr, lke, adding,
@@ -48,7 +48,7 @@ def partition_state_columns(cl, keys=None) -> tuple[dict[str, list], list[int], 
     br: Broker | None
     log: ReplicaLog
     rlog: ReplicaLog
-    for key in _key_order(keys):
+    for key in order:
         p = parts.get(key)
         if p is None:
             continue
