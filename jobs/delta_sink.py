@@ -12,7 +12,8 @@ two tables' commits is repaired by replaying the batch: tables that already
 have batch N skip it, the others write it. A table with no rows for a batch
 is not written at all (its replay has no rows either). ``progress`` is
 written last, so its row for batch N means every table has batch N.
-Single writer per (tables_dir, app_id) is assumed.
+One writer at a time per table and app_id is assumed (the native sink's driver and
+executors take turns on a table; `refresh` reads the other's commits before a skip check).
 
 ``partition_state`` holds one row per (topic, partition); the sink keeps the
 full latest state in memory as one Arrow table in key order (loaded from the
@@ -157,6 +158,16 @@ class DeltaSink:
             raise
         except Exception as e:
             raise SinkError(f"cannot open or create table {name} at {path}: {e}") from e
+
+    def refresh(self, names) -> None:
+        """Brings these tables' snapshots up to date with commits made by another writer since this
+        sink last read them (the native sink's executors append to the tables its driver also commits
+        to), so that the skip of a batch a table already holds sees them."""
+        for name in names:
+            try:
+                self._dts[name].update_incremental()
+            except Exception as e:
+                raise SinkError(f"cannot read table {name} at {self.table_path(name)}: {e}") from e
 
     def committed_batch(self, name: str) -> Optional[int]:
         """The last batch id recorded in table `name` by this app (None: none)."""

@@ -429,12 +429,12 @@ def choose_sink(spark, sink: str | None = None) -> str:
     return choice
 
 
-def _make_sink(spark, tables_dir: str, app_id: str, sink: str):
+def _make_sink(spark, tables_dir: str, app_id: str, sink: str, n_buckets: int = DEFAULT_BUCKETS):
     from .delta_sink import DeltaSink
     if sink == "delta-spark":
-        s = SparkDeltaSink(spark, tables_dir, app_id)
-        if os.environ.get("ISRFLOW_DELTA_WARMUP", "1") != "0":     # 0: off (to measure it)
-            s.warm_up()
+        s = SparkDeltaSink(spark, tables_dir, app_id, n_buckets)
+        if s.driver_blob_cap < 0:       # the executors append every batch: their first needs Delta's JVM side
+            s.maybe_warm_up()
         return s
     return DeltaSink(tables_dir, app_id=app_id)
 
@@ -456,35 +456,55 @@ def _explode_fn(name: str):
     return explode
 
 
+# A table's rows of one micro-batch up to this many bytes (Arrow IPC, summed over its buckets) are
+# committed from the driver with delta-rs by the native sink; larger ones are appended by the
+# executors. A Spark append costs ~0.5-2 s of planning and Delta log work however few its rows,
+# which is what separated the sinks on small micro-batches; the cap keeps a large batch's data off
+# the driver (a whole 1M-row replay's five tables held ~30 MB at 100,000 partitions, the largest
+# under 16 MB; the driver holds partition_state, ~28 MB at 100,000 partitions, in any case).
+# ISRFLOW_SINK_DRIVER_BYTES overrides it (0: the executors append every table).
+DRIVER_BYTES = 64 << 20
+
+
 class SparkDeltaSink:
     """The native delta-spark sink (default when the delta-spark JARs are on the classpath).
 
     Per micro-batch: the operator's output (one row per bucket and table: the table name and an
-    Arrow IPC blob) is persisted; one small collect() brings the per-bucket `_stats` and the
-    `partition_state` rows (one per partition the batch touched) to the driver; then, for each
-    other table that has rows, a mapInArrow over the blobs of that table explodes them into a
-    DataFrame with the table's schema and the executors append it with Delta's idempotent writes
-    (txnAppId = app id, txnVersion = batch id: Delta itself skips a batch the table already
-    holds). Meanwhile the driver upserts the partition_state rows into its copy of the table and
-    delta-rs commits it under the same app transaction (DeltaSink, as the delta-rs sink does): a
-    Spark MERGE rewrote the table through several Spark jobs, ~3.5-4 s a micro-batch at 100,000
-    partitions on 2 cores against ~0.15 s. The progress row, made on the driver, is committed last
-    with delta-rs under the same app transaction.
+    Arrow IPC blob) is persisted; one collect() brings the per-bucket `_stats`, the
+    `partition_state` rows (one per partition the batch touched) and every blob of at most
+    `driver_blob_cap` bytes to the driver, with each blob's size. A table whose blobs all came (its
+    batch at most DRIVER_BYTES) is committed from the driver by delta-rs; for each other table, a
+    mapInArrow over the blobs of that table explodes them into a DataFrame with the table's schema
+    and the executors append it with Delta's idempotent writes (txnAppId = app id, txnVersion =
+    batch id: Delta itself skips a batch the table already holds). Both paths write under the same
+    app transaction, so a batch replayed after a crash is skipped by a table that holds it whichever
+    path wrote it. A Spark append costs ~0.5-2 s of planning and Delta log work however few its
+    rows; the driver's delta-rs commit of a 1,000-row batch's tables takes tens of ms. The driver
+    upserts the partition_state rows into its copy of the table and delta-rs commits it under the
+    same app transaction (DeltaSink, as the delta-rs sink does): a Spark MERGE rewrote the table
+    through several Spark jobs, ~3.5-4 s a micro-batch at 100,000 partitions on 2 cores against
+    ~0.15 s. The progress row, made on the driver, is committed last with delta-rs.
     Tables are created (empty, with the schemas from schemas/) by delta-rs, as the delta-rs
     sink does, so both sinks produce the same table metadata."""
 
-    def __init__(self, spark, tables_dir: str, app_id: str):
+    def __init__(self, spark, tables_dir: str, app_id: str, n_buckets: int = DEFAULT_BUCKETS,
+                 driver_bytes: int | None = None):
         from .delta_sink import DeltaSink
         self.spark = spark
         # creates / checks the tables, and holds partition_state as committed (read back on a restart)
         self.base = DeltaSink(tables_dir, app_id=app_id)
         self.app_id = app_id
+        if driver_bytes is None:
+            driver_bytes = int(os.environ.get("ISRFLOW_SINK_DRIVER_BYTES", DRIVER_BYTES))
+        # a table's blobs (one per bucket) each at most this: its whole batch is <= driver_bytes
+        self.driver_blob_cap = driver_bytes // max(1, n_buckets) if driver_bytes > 0 else -1
         self.warm_thread: threading.Thread | None = None      # warm_up's, joined before the run reports
 
     def _path(self, name: str) -> str:
         return str(Path(self.base.table_path(name)).resolve())
 
-    # committed on the driver by delta-rs; the executors append every other table of schemas/
+    # always committed on the driver by delta-rs; every other table of schemas/ by the executors,
+    # or by the driver in a micro-batch whose rows of it the driver holds whole (driver_tables)
     DRIVER_TABLES = ("partition_state", "progress")
     # the warm-up loads these first: a replay writes them in nearly every micro-batch
     WARM_FIRST = ("metadata_log", "produce", "hwm", "consumer")
@@ -520,6 +540,15 @@ class SparkDeltaSink:
         self.warm_thread = th
         return th
 
+    def maybe_warm_up(self) -> None:
+        """warm_up, once, unless ISRFLOW_DELTA_WARMUP=0 (to measure it). Started when the sink is
+        made if the executors append every batch (driver bytes 0), else by the first batch that
+        leaves a table to them (a large one, so likely not the last): while the driver commits the
+        batches, the warm-up would only take CPU from the operator (a 1M-row replay at 1k partitions,
+        all committed from the driver: 22.9 s with it, 18.2 s without, 2026-11-28)."""
+        if self.warm_thread is None and os.environ.get("ISRFLOW_DELTA_WARMUP", "1") != "0":
+            self.warm_up()
+
     def warm(self, names) -> dict[str, tuple[int, int]]:
         """Delta's snapshot of each table and its app transactions, loaded (and so cached) in the
         JVM: {name: (snapshot version, app transactions recorded)}."""
@@ -541,36 +570,50 @@ class SparkDeltaSink:
         (self._frame(df, name).write.format("delta").mode("append").option("txnAppId", self.app_id)
          .option("txnVersion", str(batch_id)).save(self._path(name)))
 
-    def _commit_state(self, state: pa.Table, batch_id: int) -> None:
-        self.base.commit(batch_id, {}, state)
-
     def write_frame(self, df, batch_id: int, make_progress) -> dict:
         from concurrent.futures import ThreadPoolExecutor
         from pyspark.sql import functions as F
         trace = _tracer(batch_id)
         df.persist()        # the stateful plan runs once (Q6: one action re-runs it); later reads hit the cache
         try:
-            on_driver = F.col("table").isin("_stats", "partition_state")
-            meta = df.select("table", F.when(on_driver, F.col("data")).alias("data")).collect()
+            # one collect: the _stats and partition_state blobs always; any other table's blob when it
+            # is small (`driver_blob_cap`), with every blob's size, so the driver knows which tables it
+            # holds whole (driver_tables) and commits those itself
+            size = F.length("data")
+            on_driver = F.col("table").isin("_stats", "partition_state") | (size <= self.driver_blob_cap)
+            meta = df.select("table", F.when(on_driver, F.col("data")).alias("data"), size.alias("size")).collect()
             trace("operator + meta collect")
             present = {r["table"] for r in meta if r["table"] != "_stats"}
+            held = driver_tables(meta, self.driver_blob_cap)
+            trace(f"driver holds {sum(r['size'] for r in meta if r['table'] in held):,} bytes of {len(held)} tables")
             small, st = _gather(meta)
             state = small.get("partition_state")
-            del meta, small     # the state blobs' bytes (one row per touched partition): not held through the commits
+            on_driver_rows = {n: small[n] for n in held if n in small}
+            del meta, small     # the blobs' bytes: not held through the commits
             order = [n for n in self.appended_tables() if n in present]
+            if any(n not in on_driver_rows for n in order):
+                self.maybe_warm_up()
             prog = make_progress(st)
+
+            def commit(name):
+                if name in on_driver_rows:
+                    self._commit_on_driver({name: on_driver_rows[name]}, batch_id)
+                else:
+                    self._append(df, name, batch_id)
             _kill_hook(batch_id, "before")
             if os.environ.get("ISRFLOW_TEST_KILL", "").endswith(":mid"):
-                half = max(1, len(order) // 2)
-                for name in order[:half]:
-                    self._append(df, name, batch_id)
+                for name in order[: max(1, len(order) // 2)]:
+                    commit(name)
                 _kill_hook(batch_id, "mid")
             # the tables' commits are independent: Spark runs the appends as concurrent jobs (a Delta
-            # append is mostly driver-side log work) beside partition_state's delta-rs commit, which
-            # goes first (it needs no Spark job, so no thread waits for it); progress strictly after all
-            jobs = [(self._append, (df, name, batch_id), name) for name in order]
-            if state is not None:
-                jobs.insert(0, (self._commit_state, (state, batch_id), "partition_state"))
+            # append is mostly driver-side log work) beside the driver's delta-rs commits
+            # (partition_state and the tables it holds whole), which go first in one job (they need no
+            # Spark job, so no thread waits for them); progress strictly after all
+            jobs = [(self._append, (df, name, batch_id), name) for name in order if name not in on_driver_rows]
+            if state is not None or on_driver_rows:
+                rows = {n: on_driver_rows[n] for n in order if n in on_driver_rows}
+                jobs.insert(0, (self._commit_on_driver, (rows, batch_id, state),
+                                "delta-rs: " + ", ".join(list(rows) + ["partition_state"] * (state is not None))))
 
             def run(job):
                 fn, args, name = job
@@ -592,6 +635,28 @@ class SparkDeltaSink:
         finally:
             df.unpersist()
         return st
+
+    def _commit_on_driver(self, rows: dict, batch_id: int, state: pa.Table | None = None) -> None:
+        """delta-rs commits of tables the driver holds, under the app transaction the executors'
+        appends use: each table's snapshot is brought up to date first (the executors may have
+        appended to it since the driver last read it), so the skip of a batch the table already
+        holds sees every writer's commits."""
+        self.base.refresh(rows)
+        self.base.commit(batch_id, rows, state)
+
+
+def driver_tables(meta, blob_cap: int) -> set[str]:
+    """The tables of a micro-batch whose every blob came with the driver's collect (each at most
+    `blob_cap` bytes; `meta` rows: table, data (None where not collected), size): the native sink
+    commits these from the driver with delta-rs, the executors append the rest. partition_state and
+    _stats always come to the driver and are not among them."""
+    whole: dict[str, bool] = {}
+    for r in meta:
+        name = r["table"]
+        if name in ("_stats", "partition_state") or r["size"] is None:
+            continue
+        whole[name] = whole.get(name, True) and r["data"] is not None and r["size"] <= blob_cap
+    return {n for n, ok in whole.items() if ok}
 
 
 def _tracer(batch_id):
@@ -693,7 +758,7 @@ def _start_run(spark, stream, tables_dir, config, checkpoint, n_buckets, sink, p
     from .runinfo import write_run_info
     app_id = fingerprint(config, checkpoint)
     sink = choose_sink(spark, sink)
-    writer = BatchWriter(_make_sink(spark, tables_dir, app_id, sink), progress)
+    writer = BatchWriter(_make_sink(spark, tables_dir, app_id, sink, n_buckets), progress)
     write_run_info(tables_dir, stream, config, "spark", app_id, checkpoint=str(Path(checkpoint).resolve()),
                    buckets=n_buckets, sink=sink, master=spark.sparkContext.master)
     return writer, sink

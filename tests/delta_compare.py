@@ -32,3 +32,19 @@ def diff_tables(a, b, names=COMPARED) -> dict:
 def progress_totals(tables_dir) -> dict:
     rows = read_table(str(tables_dir), "progress").to_pylist()
     return {k: sum(r[k] or 0 for r in rows) for k in ("input_rows", "applied", "rejected")}
+
+
+def engine_info(table_dir) -> set[str]:
+    """Who wrote the table's batches: the engineInfo (Spark's, "Apache-Spark/... Delta-Lake/...") or
+    clientVersion (delta-rs's) of each commit that records an app transaction (a micro-batch's
+    write; not the delta-rs CREATE TABLE every table starts with)."""
+    from pathlib import Path
+    infos = set()
+    for f in sorted((Path(table_dir) / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        if any("txn" in a for a in actions):
+            for a in actions:
+                if "commitInfo" in a:
+                    ci = a["commitInfo"]
+                    infos.add(str(ci.get("engineInfo") or ci.get("clientVersion") or ""))
+    return infos
