@@ -586,7 +586,8 @@ class SparkDeltaSink:
             present = {r["table"] for r in meta if r["table"] != "_stats"}
             held = driver_tables(meta, self.driver_blob_cap)
             trace(f"driver holds {sum(r['size'] for r in meta if r['table'] in held):,} bytes of {len(held)} tables")
-            small, st = _gather(meta)
+            # a table partly collected (one of its blobs over the cap) goes to the executors whole
+            small, st = _gather([r for r in meta if r["table"] in held or r["table"] in ("_stats", "partition_state")])
             state = small.get("partition_state")
             on_driver_rows = {n: small[n] for n in held if n in small}
             del meta, small     # the blobs' bytes: not held through the commits

@@ -304,6 +304,19 @@ def test_consistent_read():
     assert "read offset 5" in p.out[0]["detail"]
 
 
+def test_consistent_read_names_what_was_read_at_a_run_s_first_offset():
+    """The violation names the record as it was read: at the first offset of a run, that run's
+    epoch, not the run before it (the run boundary is inclusive)."""
+    inv = Invariants()
+    p = P(logs={1: mklog([(0, 0, 1), (5, 2, 4)], 10, 10)}, min_isr=1)
+    inv.on_consumed(p, p.reps[1], 0, 10)
+    p.reps[1].log = mklog([(0, 0, 1), (5, 3, 5)], 12, 12)      # offset 5 on: another epoch
+    inv.on_consumed(p, p.reps[1], 5, 12)
+    assert p.names() == ["ConsistentRead"]
+    assert "read offset 5 from leader 1 as epoch 3 (writer broker epoch 5), but it was read before as " \
+           "epoch 2 (writer broker epoch 4)" in p.out[0]["detail"], p.out[0]["detail"]
+
+
 def test_consistent_read_against_a_new_leader():
     inv = Invariants()
     p = P(logs={1: mklog([(0, 0, 1)], 10, 10)}, min_isr=1)

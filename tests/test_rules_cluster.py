@@ -130,6 +130,29 @@ def test_next_due_is_the_earliest_partition_or_session_timer():
     assert cl.next_due() is None
 
 
+def test_next_due_skips_a_periodic_timer_that_fired_at_the_time_reached():
+    """A periodic task fires once per multiple of its interval: once timers have run through a
+    multiple (a leaderless partition's unclean election at 3000 found no live replica), the next
+    due is the next multiple, not the one just fired (a Spark bucket would otherwise be woken at
+    once, forever)."""
+    cfg = EngineConfig({"unclean.leader.election.enable": "true", "unclean.leader.election.interval.ms": "1000",
+                        "eligible.leader.replicas.enable": "false", "auto.leader.rebalance.enable": "false",
+                        "isr.expiration.interval.ms": "0"})
+    s = S().up(1, 2)
+    s.create([1, 2])
+    s.at(100).fence(2)
+    s.fence(1)                             # leader -1, no replica unfenced: the election finds none
+    cl = Cluster(cfg)
+    for raw in s.events:
+        cl.apply(validate(raw)[0])
+    p = cl.partitions[("t", 0)]
+    assert p.leader == -1
+    assert cl.next_due() == 1000
+    cl.finish(3000)
+    assert p.leader == -1 and p.tdone == 3000
+    assert cl.next_due() == 4000
+
+
 def test_isr_expiration_is_due_the_first_ms_past_the_lag():
     """B8: a follower is out of sync once now - lastCaughtUpTime > replica.lag.time.max.ms, so the
     ISR-expiration timer is due at lastCaughtUp + lag + 1 (interval 1 ms: no rounding) -- the time a

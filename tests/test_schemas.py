@@ -392,3 +392,12 @@ def test_plain_rows_check_integer_ranges_and_text_columns():
                                        schema=pa.schema([n.field(c) for c in cols]))
     assert E.plain_rows(batch) == [True, False, False, False, True]
     assert [E.validate(r)[0] is not None for r in rows] == [True, False, False, False, True]
+
+
+def test_a_reason_quotes_a_value_whole_up_to_sixty_characters():
+    """A rejection reason names the offending value, cut to about 60 characters so that a huge
+    value does not become a huge reason: a repr of exactly 60 stays whole, one of 61 is cut to 60."""
+    from schemas.events import _short
+    assert _short("x" * 58) == repr("x" * 58) and len(_short("x" * 58)) == 60
+    cut = _short("x" * 59)
+    assert len(cut) == 60 and cut.endswith("...") and cut.startswith("'xxx")
