@@ -260,6 +260,19 @@ def test_acked_records_durable_counts_exactly_the_lost_records():
     assert inv.lost_acked == 4 and inv.acked == {(0, 1): [[0, 6, 6]]}
 
 
+@pytest.mark.parametrize("n_ranges,more", [(5, ""), (6, " and 1 more ranges")])
+def test_acked_records_durable_names_five_lost_ranges_and_counts_the_rest(n_ranges, more):
+    inv = Invariants()
+    p = P(logs={1: mklog([(0, 0, 1)], 100, 100)}, min_isr=1)
+    for i in range(n_ranges):
+        acked(p, inv, 10 * i, 10 * i + 1)                     # disjoint single records
+    p.reps[1].log = mklog([], 0, 0)                           # the leader lost them all
+    assert check(p, inv) == ["AckedRecordsDurable"]
+    detail = p.out[0]["detail"]
+    assert detail.startswith(f"{n_ranges} acknowledged acks=all record(s) at offsets [0, 1), [10, 11), [20, 21), "
+                             f"[30, 31), [40, 41){more} are not in leader 1's log"), detail
+
+
 def test_acked_records_of_another_writer_are_lost():
     inv = Invariants()
     p = P(logs={1: mklog([(0, 0, 2)], 10, 0)}, min_isr=1)     # same epoch, another incarnation

@@ -92,6 +92,35 @@ def test_caught_up_follower_is_not_shrunk():
     assert sorted(r["proposed_isr"]) == [1, 2]
 
 
+def test_a_parked_produce_times_out_at_its_deadline_not_at_an_earlier_periodic_check():
+    """An acks=all produce parked at 100 times out at 100 + request.timeout.ms, not when the ISR
+    expiration's periodic check runs before that (at 5000 and 10000 here, with nothing to shrink)."""
+    s = S().up(1, 2)
+    s.create([1, 2])
+    prod = s.at(100).produce(1, 1, acks=-1)          # 2 never fetches: parked until its deadline
+    s.at(10_000).tick(1)
+    s.at(30_100).tick(1)
+    cfg = {"isr.expiration.interval.ms": "5000", "replica.lag.time.max.ms": "60000",
+           "request.timeout.ms": "30000", "auto.leader.rebalance.enable": "false"}
+    assert rows(run_events(s.events[:-1], cfg), "produce", seq=prod) == []     # still parked after 10000
+    got = [(r["result"], r["result_ts_ms"]) for r in rows(run_events(s.events, cfg), "produce", seq=prod)]
+    assert got == [("REQUEST_TIMED_OUT", 30_100)]
+
+
+# ---------------------------------------------------------------- C2 the fetcher must be assigned
+def test_fetch_from_an_unassigned_broker_at_leader_epoch_zero_is_unknown_leader_epoch():
+    """C2: a fetch from a broker outside the assignment is UNKNOWN_LEADER_EPOCH when it carries a
+    current leader epoch -- 0, the first leader's, included -- and NOT_LEADER_OR_FOLLOWER when it
+    carries none (-1)."""
+    s = S().up(1, 2, 3, 4)
+    s.create([1, 2, 3])
+    with_epoch = s.fetch(4, target=1, fetch_offset=0, current_leader_epoch=0, last_fetched_epoch=-1, broker_epoch=104)
+    without = s.fetch(4, target=1, fetch_offset=0, current_leader_epoch=-1, last_fetched_epoch=-1, broker_epoch=104)
+    out = run_events(s.events)
+    assert last(out, "fetch", seq=with_epoch)["result"] == "UNKNOWN_LEADER_EPOCH"
+    assert last(out, "fetch", seq=without)["result"] == "NOT_LEADER_OR_FOLLOWER"
+
+
 # ---------------------------------------------------------------- C1 on follower fetches
 def test_fetch_with_a_newer_leader_epoch_is_unknown_leader_epoch():
     s = S().up(1, 2, 3)
