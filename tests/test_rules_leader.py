@@ -107,6 +107,20 @@ def test_a_parked_produce_times_out_at_its_deadline_not_at_an_earlier_periodic_c
     assert got == [("REQUEST_TIMED_OUT", 30_100)]
 
 
+def test_timers_due_by_one_event_fire_in_time_order():
+    """One event late in time fires every timer due by it in time order: the ISR shrink due at
+    10001 (2 stopped fetching at 0, lag 10000) comes before the parked produce's deadline (30100),
+    so the shrink to [1] commits the produce (min.insync.replicas 1): ACKED at 10001, not timed out."""
+    s = S().up(1, 2)
+    s.create([1, 2])
+    prod = s.at(100).produce(1, 1, acks=-1)
+    s.at(40_000).tick(1)
+    cfg = {"isr.expiration.interval.ms": "1", "replica.lag.time.max.ms": "10000", "min.insync.replicas": "1",
+           "request.timeout.ms": "30000", "auto.leader.rebalance.enable": "false"}
+    got = [(r["result"], r["result_ts_ms"]) for r in rows(run_events(s.events, cfg), "produce", seq=prod)]
+    assert got == [("ACKED", 10_001)]
+
+
 # ---------------------------------------------------------------- C2 the fetcher must be assigned
 def test_fetch_from_an_unassigned_broker_at_leader_epoch_zero_is_unknown_leader_epoch():
     """C2: a fetch from a broker outside the assignment is UNKNOWN_LEADER_EPOCH when it carries a
