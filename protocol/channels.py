@@ -59,11 +59,8 @@ def _prune_history(p) -> None:
     if len(hist) < 2:
         return
     low = min((rep.md_seq for rep in p.reps.values()), default=-1)
-    keep = [h for h in hist if h[0] > low]
-    if not keep or keep[0] is not hist[-1] and len(keep) < len(hist):
-        # always keep at least the newest entry (brokers added later need it)
-        keep = keep or [hist[-1]]
-    p.md_history = keep
+    # always keep at least the newest entry (brokers added later need it)
+    p.md_history = [h for h in hist if h[0] > low] or [hist[-1]]
 
 
 # ---------------------------------------------------------------- AlterPartition
