@@ -466,6 +466,21 @@ def _explode_fn(name: str):
 DRIVER_BYTES = 64 << 20
 
 
+def _driver_bytes_from_env() -> int:
+    from .delta_sink import SinkError
+    raw = os.environ.get("ISRFLOW_SINK_DRIVER_BYTES", "").strip()
+    if not raw:
+        return DRIVER_BYTES
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise SinkError(f"ISRFLOW_SINK_DRIVER_BYTES must be a whole number of bytes >= 0 (0: the executors append "
+                        f"every table; default {DRIVER_BYTES}), got {raw!r}")
+    return n
+
+
 class SparkDeltaSink:
     """The native delta-spark sink (default when the delta-spark JARs are on the classpath).
 
@@ -490,12 +505,12 @@ class SparkDeltaSink:
     def __init__(self, spark, tables_dir: str, app_id: str, n_buckets: int = DEFAULT_BUCKETS,
                  driver_bytes: int | None = None):
         from .delta_sink import DeltaSink
+        if driver_bytes is None:
+            driver_bytes = _driver_bytes_from_env()     # first: a bad value stops the run before any table is made
         self.spark = spark
         # creates / checks the tables, and holds partition_state as committed (read back on a restart)
         self.base = DeltaSink(tables_dir, app_id=app_id)
         self.app_id = app_id
-        if driver_bytes is None:
-            driver_bytes = int(os.environ.get("ISRFLOW_SINK_DRIVER_BYTES", DRIVER_BYTES))
         # a table's blobs (one per bucket) each at most this: its whole batch is <= driver_bytes
         self.driver_blob_cap = driver_bytes // max(1, n_buckets) if driver_bytes > 0 else -1
         self.warm_thread: threading.Thread | None = None      # warm_up's, joined before the run reports

@@ -170,6 +170,18 @@ def test_driver_tables_are_those_collected_whole():
     assert driver_tables(meta, -1) == set()
 
 
+@pytest.mark.parametrize("raw,want", [("", 64 << 20), ("0", 0), ("1048576", 1 << 20), ("abc", None), ("-5", None)])
+def test_driver_bytes_from_the_environment(monkeypatch, raw, want):
+    from jobs.delta_sink import SinkError
+    from jobs.spark_engine import _driver_bytes_from_env
+    monkeypatch.setenv("ISRFLOW_SINK_DRIVER_BYTES", raw)
+    if want is None:
+        with pytest.raises(SinkError, match=f"ISRFLOW_SINK_DRIVER_BYTES must be a whole number of bytes >= 0.*got '{raw}'"):
+            _driver_bytes_from_env()
+    else:
+        assert _driver_bytes_from_env() == want
+
+
 def test_warm_up_reads_delta_s_own_snapshot_and_writes_nothing(native, tmp_path, capfd):
     """SparkDeltaSink.warm_up loads each appended table's snapshot and app transactions through
     Delta's JVM API (DeltaLog.forTable, the snapshot's setTransactions) while the first batch's
