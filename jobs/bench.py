@@ -24,10 +24,11 @@ import time
 from pathlib import Path
 
 
-def _tree_rss_kb(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants (Linux /proc)."""
+def _tree_rss(root_pid: int) -> dict[int, int]:
+    """Resident memory (KB) of a process and each of its descendants (Linux /proc): {pid: KB}."""
     parents: dict[int, int] = {}
     rss: dict[int, int] = {}
+    page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -40,15 +41,39 @@ def _tree_rss_kb(root_pid: int) -> int:
         except (OSError, ValueError, IndexError):
             continue
         parents[int(d)] = ppid
-        rss[int(d)] = pages * (os.sysconf("SC_PAGE_SIZE") // 1024)
-    total = 0
+        rss[int(d)] = pages * page_kb
+    out = {}
     for pid in rss:
         p = pid
         while p and p != root_pid:
             p = parents.get(p, 0)
         if p == root_pid:
-            total += rss[pid]
-    return total
+            out[pid] = rss[pid]
+    return out
+
+
+def _process_label(pid: int) -> str:
+    """A short name for a process of the tree: the JVM, isrflow's own process, or the module a
+    Python process runs (pyspark.daemon's workers by their worker module)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return "gone"
+    if not args:
+        return "gone"
+    if os.path.basename(args[0]) == "java":
+        return "java"
+    mods = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "-m"]
+    if mods:
+        return " ".join([mods[0]] + [a for a in args if a.startswith("pyspark.") and a != mods[0]][:1])
+    return " ".join(os.path.basename(a) for a in args[:3])[:60]
+
+
+def _peak_parts(tree: dict[int, int], top: int = 8) -> list:
+    """The largest processes of a peak sample: [[label, MB], ...], largest first."""
+    big = sorted(tree.items(), key=lambda kv: -kv[1])[:top]
+    return [[_process_label(pid), round(kb / 1024, 1)] for pid, kb in big]
 
 
 def run_measured(argv: list[str], env=None) -> dict:
@@ -56,11 +81,16 @@ def run_measured(argv: list[str], env=None) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak = [0]
+    parts: list = []
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+            tree = _tree_rss(proc.pid)
+            total = sum(tree.values())
+            if total > peak[0]:
+                peak[0] = total
+                parts[:] = _peak_parts(tree)     # which processes made the peak (labelled while they run)
             done.wait(0.1)
     th = threading.Thread(target=sample, daemon=True)
     th.start()
@@ -68,7 +98,8 @@ def run_measured(argv: list[str], env=None) -> dict:
     done.set()
     th.join()
     wall = time.perf_counter() - t0
-    res = {"returncode": proc.returncode, "wall_s": round(wall, 3), "peak_rss_mb": round(peak[0] / 1024, 1)}
+    res = {"returncode": proc.returncode, "wall_s": round(wall, 3), "peak_rss_mb": round(peak[0] / 1024, 1),
+           "peak_rss_parts": parts}
     if proc.returncode == 0:
         try:
             res["summary"] = json.loads(out.strip().splitlines()[-1])
@@ -381,6 +412,8 @@ def _bench_stream(isrflow: str, base: Path, n: int, events: int, engines, kafka,
             r["real_time_factor"] = round(span_ms / 1000 / r["wall_s"], 2)
             log(f"[bench]   {eng}: {r['events_per_s']:,} events/s, peak RSS {r['peak_rss_mb']} MB, "
                 f"{r['real_time_factor']}x real time")
+            if len(r["peak_rss_parts"]) > 1:     # a process tree: which processes made its peak
+                log("[bench]     peak RSS by process: " + ", ".join(f"{n} {mb:,.0f}" for n, mb in r["peak_rss_parts"][:5]))
         else:
             log(f"[bench]   {eng}: failed: {r.get('error')}")
         entry[eng] = r

@@ -7,7 +7,7 @@ import json
 
 import pyarrow.parquet as pq
 
-from jobs.bench import bench, core_measure, format_table, make_stream
+from jobs.bench import bench, core_measure, format_table, make_stream, run_measured
 from jobs.streamio import list_stream_files
 
 
@@ -96,3 +96,16 @@ def test_batch_latency_times_each_small_batch_of_a_real_spark_replay(tmp_path):
     assert 0 < r["median_s"] <= r["max_s"] < r["wall_s"]
     assert r["setup_batch_s"] > 0 and all(t > 0 for t in r["timer_only_batches"])
     assert table_totals(tmp_path / "t")["input_rows"] == 1500
+
+
+def test_run_measured_names_the_processes_of_its_peak():
+    """The peak RSS of a process tree, and which processes made it: here a Python child that
+    holds 80 MB under a shell that waits for it."""
+    import sys
+    child = f"{sys.executable} -c 'import time; b = bytearray(80 << 20); b[::4096] = bytes(len(b) // 4096); time.sleep(1.0)'"
+    r = run_measured(["sh", "-c", f"{child} & wait"])
+    assert r["returncode"] == 0
+    (name, mb), *rest = r["peak_rss_parts"]
+    assert name.startswith("python") and "-c" in name and mb >= 80, r["peak_rss_parts"]
+    assert any(n.startswith("sh") for n, _ in rest), r["peak_rss_parts"]
+    assert r["peak_rss_mb"] >= sum(m for _, m in r["peak_rss_parts"]) - 0.5
