@@ -464,6 +464,9 @@ def _explode_fn(name: str):
 # under 16 MB; the driver holds partition_state, ~28 MB at 100,000 partitions, in any case).
 # ISRFLOW_SINK_DRIVER_BYTES overrides it (0: the executors append every table).
 DRIVER_BYTES = 64 << 20
+# the operator's outputs the native sink always collects: the batch's stats and partition_state
+# (which the driver upserts into its copy of the table)
+COLLECTED = ("_stats", "partition_state")
 
 
 def _driver_bytes_from_env() -> int:
@@ -595,18 +598,18 @@ class SparkDeltaSink:
             # is small (`driver_blob_cap`), with every blob's size, so the driver knows which tables it
             # holds whole (driver_tables) and commits those itself
             size = F.length("data")
-            on_driver = F.col("table").isin("_stats", "partition_state") | (size <= self.driver_blob_cap)
+            on_driver = F.col("table").isin(*COLLECTED) | (size <= self.driver_blob_cap)
             meta = df.select("table", F.when(on_driver, F.col("data")).alias("data"), size.alias("size")).collect()
             trace("operator + meta collect")
             present = {r["table"] for r in meta if r["table"] != "_stats"}
             held = driver_tables(meta, self.driver_blob_cap)
             trace(f"driver holds {sum(r['size'] for r in meta if r['table'] in held):,} bytes of {len(held)} tables")
             # a table partly collected (one of its blobs over the cap) goes to the executors whole
-            small, st = _gather([r for r in meta if r["table"] in held or r["table"] in ("_stats", "partition_state")])
+            small, st = _gather([r for r in meta if r["table"] in held or r["table"] in COLLECTED])
             state = small.get("partition_state")
-            on_driver_rows = {n: small[n] for n in held if n in small}
-            del meta, small     # the blobs' bytes: not held through the commits
             order = [n for n in self.appended_tables() if n in present]
+            on_driver_rows = {n: small[n] for n in order if n in held and n in small}     # in commit order
+            del meta, small     # the blobs' bytes: not held through the commits
             if any(n not in on_driver_rows for n in order):
                 self.maybe_warm_up()
             prog = make_progress(st)
@@ -627,9 +630,8 @@ class SparkDeltaSink:
             # Spark job, so no thread waits for them); progress strictly after all
             jobs = [(self._append, (df, name, batch_id), name) for name in order if name not in on_driver_rows]
             if state is not None or on_driver_rows:
-                rows = {n: on_driver_rows[n] for n in order if n in on_driver_rows}
-                jobs.insert(0, (self._commit_on_driver, (rows, batch_id, state),
-                                "delta-rs: " + ", ".join(list(rows) + ["partition_state"] * (state is not None))))
+                jobs.insert(0, (self._commit_on_driver, (on_driver_rows, batch_id, state),
+                                "delta-rs: " + ", ".join(list(on_driver_rows) + ["partition_state"] * (state is not None))))
 
             def run(job):
                 fn, args, name = job
@@ -669,7 +671,7 @@ def driver_tables(meta, blob_cap: int) -> set[str]:
     whole: dict[str, bool] = {}
     for r in meta:
         name = r["table"]
-        if name in ("_stats", "partition_state") or r["size"] is None:
+        if name in COLLECTED or r["size"] is None:
             continue
         whole[name] = whole.get(name, True) and r["data"] is not None and r["size"] <= blob_cap
     return {n for n, ok in whole.items() if ok}
