@@ -31,6 +31,7 @@ def test_partition_record_refusals():
     assert len(out["rejected"]) == 5
     text = " ".join(r["reason"] for r in out["rejected"])
     assert "epoch going backwards" in text
+    assert {r["idx"] for r in out["rejected"]} == {0}              # a rejected row is its event's only row
     assert {isr_out, elr_out, leader_out, same_pe, lower_le}.isdisjoint(
         r["seq"] for r in out["metadata_log"])
     p = out["_cluster"].partitions[("t", 0)]

@@ -121,6 +121,16 @@ def test_timers_due_by_one_event_fire_in_time_order():
     assert got == [("ACKED", 10_001)]
 
 
+def test_a_produce_to_a_follower_names_the_follower_s_leader_epoch():
+    """A produce sent to a replica that is not the leader is NOT_LEADER_OR_FOLLOWER, and its row
+    carries the leader epoch that replica knows (0 here), so a reader sees how stale the client was."""
+    s = S().up(1, 2)
+    s.create([1, 2])
+    seq = s.produce(2, 1, acks=1)
+    row = last(run_events(s.events), "produce", seq=seq)
+    assert (row["result"], row["leader_epoch"]) == ("NOT_LEADER_OR_FOLLOWER", 0)
+
+
 # ---------------------------------------------------------------- C2 the fetcher must be assigned
 def test_fetch_from_an_unassigned_broker_at_leader_epoch_zero_is_unknown_leader_epoch():
     """C2: a fetch from a broker outside the assignment is UNKNOWN_LEADER_EPOCH when it carries a
