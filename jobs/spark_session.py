@@ -28,7 +28,9 @@ def spark_conf(master: str | None = None, shuffle_partitions: int | None = None)
     c.setdefault("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
     c.setdefault("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true")
     c.update(delta_conf())
-    return c
+    # the driver JVM maps the class archive `./dev setup` built for these settings, if any
+    from .jvm_archive import apply
+    return apply(c)
 
 
 def delta_conf() -> dict[str, str]:
