@@ -245,7 +245,7 @@ def test_no_function_over_80_lines():
 # reaches them. A module with no wing fails the test, so a new file has to be placed on purpose.
 JOB_WINGS = {
     "io": {"streamio", "delta_sink", "runinfo", "jars", "compiled"},
-    "engines": {"local_engine", "spark_engine", "spark_source", "spark_session", "spark_sql", "kafka_source",
+    "engines": {"local_engine", "spark_engine", "spark_source", "spark_session", "jvm_archive", "spark_sql", "kafka_source",
                 "buckets"},
     "sim": {"simulate", "sim_core"},
     "metalog": {"metalog"},
