@@ -225,7 +225,10 @@ def main(argv=None) -> int:
         from .spark_session import spark_conf
         print(usable_archive(spark_conf()) or "none")
         return 0
-    build(force=a.force)
+    try:
+        build(force=a.force)
+    except (OSError, subprocess.SubprocessError) as e:     # a read-only cache, a training run that hung
+        print(f"jvm archive: not built ({e}); Spark starts without one", file=sys.stderr)
     return 0        # never fails setup: without an archive Spark only starts slower
 
 
