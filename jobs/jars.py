@@ -26,6 +26,15 @@ def _artifact(jar_name: str) -> str:
     return m.group(1) if m else jar_name[:-4]
 
 
+def pyspark_jar_dir() -> Path | None:
+    """The JARs pyspark ships (its installation's `jars/`), None without pyspark."""
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return Path(pyspark.__file__).parent / "jars"
+
+
 def spark_extra_jars() -> list[str]:
     """The cached Spark-side JARs that pyspark does not ship itself.
 
@@ -35,11 +44,8 @@ def spark_extra_jars() -> list[str]:
     d = jar_dir("spark")
     if not d.is_dir():
         return []
-    try:
-        import pyspark
-        shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    except ImportError:
-        shipped = set()
+    own = pyspark_jar_dir()
+    shipped = {_artifact(p.name) for p in own.glob("*.jar")} if own else set()
     return sorted(str(p) for p in d.glob("*.jar") if _artifact(p.name) not in shipped)
 
 

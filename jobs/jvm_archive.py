@@ -39,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from .jars import ROOT, pyspark_jar_dir
 ENV = "ISRFLOW_JVM_ARCHIVE"
 # internal: JVM options a training or checking child adds instead of the archive (build())
 _CHILD_OPTS_ENV = "_ISRFLOW_JVM_CHILD_OPTS"
@@ -72,13 +72,10 @@ def _base_opts(opts: str) -> str:
 def archive_key(conf: dict) -> str | None:
     """The key of the archive a session with Spark settings `conf` can use (None: no java)."""
     java = _java_binary()
-    if java is None:
+    jars = pyspark_jar_dir()
+    if java is None or jars is None:
         return None
-    try:
-        import pyspark
-    except ImportError:
-        return None
-    jars = Path(pyspark.__file__).parent / "jars"
+    import pyspark
     st = os.stat(java)
     parts = [java, str(st.st_size), str(st.st_mtime_ns), pyspark.__version__, str(jars)]
     parts += sorted(p.name for p in jars.glob("*.jar"))
@@ -95,18 +92,22 @@ def _paths(d: Path, key: str) -> tuple[Path, Path]:
     return d / f"spark-{key}.jsa", d / f"spark-{key}.json"
 
 
+def _whole(jsa: Path, meta: Path) -> bool:
+    """The archive is in place whole: its sidecar (written after it) names its size."""
+    try:
+        return jsa.stat().st_size == json.loads(meta.read_text(encoding="utf-8"))["size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def usable_archive(conf: dict) -> Path | None:
-    """The archive for `conf`'s key when it is in place whole (its sidecar names its size)."""
+    """The archive for `conf`'s key when it is in place whole."""
     d = archive_dir()
     key = archive_key(conf) if d is not None else None
     if key is None:
         return None
     jsa, meta = _paths(d, key)
-    try:
-        size = json.loads(meta.read_text(encoding="utf-8"))["size"]
-        return jsa if jsa.stat().st_size == size else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return jsa if _whole(jsa, meta) else None
 
 
 def apply(conf: dict) -> dict:
@@ -126,10 +127,12 @@ def apply(conf: dict) -> dict:
 
 
 # ---------------------------------------------------------------- building
-def _child(mode: str, arg: str, opts: str, timeout: float) -> subprocess.CompletedProcess:
+def _child(mode: str, opts: str, timeout: float) -> subprocess.CompletedProcess:
+    """`python -m jobs.jvm_archive MODE` whose Spark driver JVM gets `opts` (the archive to write
+    or to check, and the class log) instead of an archive of ours."""
     env = {**os.environ, _CHILD_OPTS_ENV: opts, "ISRFLOW_SINK_DRIVER_BYTES": "0"}
     env.pop(ENV, None)
-    return subprocess.run([sys.executable, "-m", "jobs.jvm_archive", mode, arg], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "jobs.jvm_archive", mode], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -145,22 +148,22 @@ def build(force: bool = False, log=lambda m: print(m, file=sys.stderr), timeout:
         log("jvm archive: off (ISRFLOW_JVM_ARCHIVE=0) or no java/pyspark: Spark starts without one")
         return None
     jsa, meta = _paths(d, key)
-    if not force and usable_archive(conf) == jsa:
+    if not force and _whole(jsa, meta):
         return jsa
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".spark-{key}.{os.getpid()}.jsa"
     tmp.unlink(missing_ok=True)
     log(f"building the Spark JVM's class archive {jsa} (a training replay of examples/demo, ~1 min) ...")
     try:
-        r = _child("--train", str(tmp), f"-XX:ArchiveClassesAtExit={tmp}", timeout)
+        r = _child("--train", f"-XX:ArchiveClassesAtExit={tmp}", timeout)
         if r.returncode != 0 or not tmp.is_file() or tmp.stat().st_size == 0:
             log(f"jvm archive: the training run failed (rc {r.returncode}); Spark starts without one\n"
                 + r.stderr[-2000:])
             return None
         with tempfile.TemporaryDirectory() as td:
             classes_log = Path(td) / "classes.log"
-            r = _child("--check", str(classes_log), f"-XX:SharedArchiveFile={tmp} "
-                       f"-Xlog:class+load=info:file={classes_log}", timeout)
+            r = _child("--check", f"-XX:SharedArchiveFile={tmp} -Xlog:class+load=info:file={classes_log}",
+                       timeout)
             shared = _count_shared(classes_log)
         if r.returncode != 0 or shared == 0:
             log(f"jvm archive: a JVM on it loaded {shared} classes from it (rc {r.returncode}); "
@@ -189,7 +192,7 @@ def _count_shared(classes_log: Path) -> int:
         return 0
 
 
-def _train(work: str) -> None:
+def _train() -> None:
     """What a Spark command does, once: a replay through the Delta sink's Spark appends (the
     parent sets ISRFLOW_SINK_DRIVER_BYTES=0), then a Delta read through SQL. The JVM writes the
     archive when this process exits."""
@@ -212,11 +215,11 @@ def main(argv=None) -> int:
                                  description="Build the Spark driver JVM's class archive (see the module's doc).")
     ap.add_argument("--force", action="store_true", help="build anew even when one is in place")
     ap.add_argument("--status", action="store_true", help="print the usable archive (or none) and exit")
-    ap.add_argument("--train", metavar="ARCHIVE", help=argparse.SUPPRESS)
-    ap.add_argument("--check", metavar="LOG", help=argparse.SUPPRESS)
+    ap.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.train:
-        _train(a.train)
+        _train()
         return 0
     if a.check:
         _check()

@@ -22,7 +22,7 @@ _SESSION = ("from jobs.spark_session import get_spark; s = get_spark(); "
             "print('ARGS', ' '.join(mx.getInputArguments())); print('COUNT', s.range(7).count())")
 
 
-def _session(archive_env: str) -> tuple[str, int]:
+def _session(archive_env: str) -> str:
     env = {**os.environ, ja.ENV: archive_env}
     env.pop(ja._CHILD_OPTS_ENV, None)
     r = subprocess.run([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -30,7 +30,7 @@ def _session(archive_env: str) -> tuple[str, int]:
     assert r.returncode == 0, r.stderr[-3000:]
     out = dict(line.split(" ", 1) for line in r.stdout.splitlines() if line.startswith(("ARGS", "COUNT")))
     assert out["COUNT"] == "7"
-    return out["ARGS"], r.returncode
+    return out["ARGS"]
 
 
 def _fake(tmp_path: Path, monkeypatch, size_in_sidecar=None) -> Path:
@@ -91,13 +91,13 @@ def test_build_then_a_session_maps_it(tmp_path, monkeypatch):
     assert meta["classes_from_archive_at_check"] > 5000     # Spark's and Delta's classes, not a few
     assert not list(tmp_path.glob(".spark-*"))              # no temporary file left
     assert ja.build(log=msgs.append) == jsa                 # in place: not built again
-    args, _ = _session(str(tmp_path))
+    args = _session(str(tmp_path))
     assert f"-XX:SharedArchiveFile={jsa}" in args.split()
     # cut short (a disk that filled, a copy that stopped): the session starts without it
     os.chmod(jsa, 0o644)
     with open(jsa, "r+b") as f:
         f.truncate(meta["size"] // 2)
-    args, _ = _session(str(tmp_path))
+    args = _session(str(tmp_path))
     assert "SharedArchiveFile" not in args
 
 
