@@ -240,3 +240,22 @@ def test_clean_restart_from_broker_epoch_zero():
     out = run_events(s.events, {"broker.session.timeout.ms": "0"})
     assert rows(out, "admin", seq=clean)[0]["detail"] == "clean restart"
     assert rows(out, "admin", seq=unclean)[0]["detail"] != "clean restart"
+
+
+def test_a_controlled_shutdown_fence_keeps_an_epoch_zero_session_and_its_refused_registration_waits():
+    """Broker epoch 0 is a tracked session like any other (a broker epoch is the offset of its
+    registration record). A fence that ends a controlled shutdown keeps the tracker entry, so a
+    registration refused meanwhile is accepted only when that session expires (9000 ms after the
+    old process stopped heartbeating), not at the fence."""
+    s = S()
+    s.add(type="BrokerRegister", broker=1, broker_epoch=0, previous_broker_epoch=-1)
+    s.unfence(1)
+    s.create([1])
+    s.at(1_000).shutdown(1)                        # SIGTERM: in controlled shutdown
+    reg = s.at(2_000).add(type="BrokerRegister", broker=1, broker_epoch=7, previous_broker_epoch=0)
+    s.at(2_100).fence(1)                           # the controlled shutdown's fence (SHUTDOWN_NOW)
+    s.at(12_000).tick()
+    out = run_events(s.events, MIN2)
+    regs = [(r["result"], r["ts_ms"]) for r in rows(out, "admin", type="BrokerRegister", seq=reg)]
+    assert regs == [(DUP, 2_000), ("NONE", 2_000 + 9000 + 1)]
+    assert out["_cluster"].brokers[1].epoch == 7

@@ -92,6 +92,25 @@ def test_caught_up_follower_is_not_shrunk():
     assert sorted(r["proposed_isr"]) == [1, 2]
 
 
+def test_a_fetch_behind_the_leader_leo_a_previous_fetch_saw_is_not_caught_up():
+    """B3: lastFetchLeaderLogEndOffset only grows (max of the leader LEOs fetches saw). A fetch at an
+    offset below the LEO the previous fetch saw (here 5 < 10, a follower that re-fetches after losing
+    its suffix) moves no caught-up time; had the 10 not been kept, 5 >= 0 would have counted the
+    follower caught up at its previous fetch (1000) and kept it in the ISR past 10_000."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])                          # makeLeader at 0: caught up at 0, leader LEO 0
+    s.produce(1, 10, acks=1)                     # leader LEO 10
+    s.at(1_000).fetch(2, fetch_offset=0)         # saw leader LEO 10; 0 >= 0: caught up at 0
+    s.at(2_000).produce(1, 10, acks=1)           # leader LEO 20
+    s.at(3_000).fetch(2, fetch_offset=5)         # 5 < 10: still caught up at 0
+    t = s.at(10_001).tick(1)
+    out = run_events(s.events, dict(TICK_ONLY, **{"replica.lag.time.max.ms": "10000"}))
+    fs = leader_rep(out).followers[2]
+    assert (fs.last_fetch_leader_leo, fs.last_fetch_ms) == (20, 3_000)
+    r = last(out, "alter_partition", seq=t, phase="PROPOSED")
+    assert r["change"] == "SHRINK" and sorted(r["proposed_isr"]) == [1]
+
+
 def test_a_parked_produce_times_out_at_its_deadline_not_at_an_earlier_periodic_check():
     """An acks=all produce parked at 100 times out at 100 + request.timeout.ms, not when the ISR
     expiration's periodic check runs before that (at 5000 and 10000 here, with nothing to shrink)."""

@@ -195,6 +195,8 @@ def test_rows_to_arrow():
          "ListOffsets row seq 3: isolation 'DIRTY' must be one of READ_UNCOMMITTED, READ_COMMITTED"),
         ({"seq": 3, "ts_ms": 0, "type": "BrokerCrash", "broker": 1},
          "BrokerCrash row seq 3: missing required column 'clean'"),
+        ({"seq": 3, "ts_ms": 0, "type": "MetadataSync", "broker": 1, "up_to_seq": -1},
+         "MetadataSync row seq 3: up_to_seq -1 is negative"),
     ],
 )
 def test_reasons(row, reason):
@@ -228,6 +230,9 @@ def test_accepts_and_normalizes():
     assert ev["replicas"] is None  # cancel
     ev, _ = E.validate({"seq": 5, "ts_ms": 0, "type": "Tick"})
     assert ev["broker"] is None
+    # up_to_seq 0 is a seq like any other (a stream may start at seq 0): a request, not bad input
+    ev, why = E.validate({"seq": 6, "ts_ms": 0, "type": "MetadataSync", "broker": 1, "up_to_seq": 0})
+    assert why is None and ev["up_to_seq"] == 0
     # columns a type does not use are dropped
     ev, _ = E.validate(fetch(records=5, clean=True))
     assert ev["records"] is None and ev["clean"] is None

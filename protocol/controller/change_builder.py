@@ -126,9 +126,10 @@ class PartitionChangeBuilder:
             self.t_elr, self.t_lke = [], []
         if self.t_elr != p.elr:
             rec["elr"] = self.t_elr
-        rl = self.rec_leader
-        if self.use_lkl and len(p.lke) == 1 and (rl == NO_LEADER or (rl == NO_CHANGE and p.leader == NO_LEADER)):
-            self.t_lke = list(p.lke)
+        # With useLastKnownLeaderInBalancedRecovery the last known ELR holds the last known leader and
+        # only maybe_update_last_known_leader writes it. Kafka's maybeUpdateRecordElr also resets
+        # targetLastKnownElr to the partition's single entry in that mode, then returns without
+        # reading it: that assignment has no effect and is left out here.
         if not self.use_lkl and self.t_lke != p.lke:
             rec["lke"] = self.t_lke
 
