@@ -49,7 +49,7 @@ import pyarrow as pa
 from protocol.config import EngineConfig
 
 from .buckets import DEFAULT_BUCKETS, owns_fn
-from .spark_source import APPLY, FORMAT, IsrflowSource
+from .spark_source import FORMAT, IsrflowSource
 from .streamio import from_ipc, to_ipc
 
 OUT_SCHEMA = "table string, data binary"
@@ -156,9 +156,8 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
     feeds its rows); a run stops after a row the core rejects. Rows the source already rejected go
     to `pre_rejected`; a core rejection whose raw row the source carried by position goes to
     `need_raw`, to be re-read from the stream files once per call."""
-    from schemas.events import EVENT_COLUMNS
-    cols = EVENT_COLUMNS
-    evs = [dict(zip(cols, item[1])) if item[0] == APPLY else None for item in items]
+    from .spark_source import chunk_events
+    evs = chunk_events(items)
     i, n = 0, len(items)
     while i < n:
         if done + 1 >= young.at:
@@ -181,7 +180,7 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
             # the core's rejection of the run's last row, emitted here (a broadcast row's only in
             # bucket 0): attach the raw row (carried along by the Kafka source, re-read by position
             # from the stream files otherwise)
-            raw = items[i - 1][2]
+            raw = items[i - 1][3]
             if type(raw) is str:
                 rows[-1]["raw"] = raw
             else:

@@ -23,9 +23,12 @@ stream by file NAME; and the engine needs each row's exact stream position. This
 * the pre-stage routing: partition-scoped rows go to their bucket, broker-scoped rows and
   topic-wide AlterConfig to every bucket (the stateless explode), rows rejected here to
   the bucket of their partition (bucket 0 if none). Rows are packed: one output row per
-  (bucket, chunk of input rows) holding a pickled list of events, so Spark moves a few
+  (bucket, chunk of input rows) holding a pickled list of items, so Spark moves a few
   large values instead of a row per event; payloads are zlib-compressed pickles (pack /
-  unpack). The bucket column holds the bucket's grouping key (jobs.buckets.group_keys:
+  unpack). An applied row's item is its columns' names and values: a plain Parquet row
+  (schemas.events.plain_rows) is read as its event already and keeps its file's columns,
+  any other row is validated here and carries every event column; the bucket makes the
+  event from them (chunk_events). The bucket column holds the bucket's grouping key (jobs.buckets.group_keys:
   key % n_buckets == bucket, chosen so buckets spread evenly over the shuffle partitions).
 
 Output columns (SCHEMA): bucket, pos (first stream position of the chunk: file index << 32
@@ -45,11 +48,11 @@ from pathlib import Path
 
 from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, order_reject_reason
 from schemas._derive import safe_text
-from schemas.events import EVENT_COLUMNS, validate
+from schemas.events import EVENT_COLUMNS, plain_event_maker, validate
 
 from .buckets import bucket_of, group_keys, loose_bucket
 from .streamio import loose
-from .streamio import iter_file_rows, list_stream_files, row_to_json
+from .streamio import Plain, iter_file_rows, list_stream_files, row_to_json
 
 SCHEMA = "bucket int, pos long, et_ms long, n_in long, min_seq long, max_seq long, payload binary"
 FORMAT = "isrflow"
@@ -74,7 +77,7 @@ def scan(files: list[tuple[int, str]], carry: tuple[int, int], n_buckets: int, c
     StopIteration.value (use `run_scan`). max_jump: input.max.time.jump.ms (0: no limit)."""
     def rows():
         for fi, path in files:
-            for rowno, (raw, text, err) in enumerate(iter_file_rows(Path(path))):
+            for rowno, (raw, text, err) in enumerate(iter_file_rows(Path(path), events=True)):
                 yield (fi << 32) | rowno, raw, text, err
     return (yield from scan_rows(rows(), carry, n_buckets, chunk_rows, route, max_jump=max_jump))
 
@@ -93,7 +96,7 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
     chunk_pos = None
     all_b = range(n_buckets)
     bcache: dict = {}
-    as_tuple = operator.itemgetter(*EVENT_COLUMNS)   # the event as a tuple of EVENT_COLUMNS values
+    applied = _AppliedItem()
 
     def bucket(topic, partition):
         b = bcache.get((topic, partition))
@@ -122,7 +125,10 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
             if route:
                 buckets.setdefault(0, []).append((REJECTED, _rej({}, row_to_json(raw, text), err)))
         else:
-            ev, reason = validate(raw)
+            if text.__class__ is Plain:
+                ev, reason = raw, None       # a plain Parquet row comes as its event already
+            else:
+                ev, reason = validate(raw)
             if ev is None:
                 if route:
                     lo = loose(raw)
@@ -143,9 +149,8 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
                 else:
                     last_seq, max_ts = seq, ts
                     if route:
-                        # the event as a tuple of EVENT_COLUMNS values (compact to pickle) and
-                        # its stream position (the raw row is re-read only if the core rejects it)
-                        item = (APPLY, as_tuple(ev), row_to_json(raw, text) if keep_raw else pos)
+                        # its stream position: the raw row is re-read only if the core rejects it
+                        item = applied(ev, text, row_to_json(raw, text) if keep_raw else pos)
                         if scoped:
                             buckets.setdefault(bucket(ev["topic"], ev["partition"]), []).append(item)
                         else:
@@ -156,6 +161,46 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
     if n_in:
         yield from flush()
     return (last_seq, max_ts)
+
+
+class _AppliedItem:
+    """An applied row's item: (APPLY, its columns' names, their values, where its raw row is), compact
+    to pickle (pickle writes a names tuple once per chunk; the values leave out the padding). A plain
+    Parquet row, read as its event (its text is its Plain layout, one per file batch), keeps its
+    file's columns; any other row, validated here, every event column. See chunk_events."""
+
+    __slots__ = ("layout", "names", "values")
+
+    def __init__(self) -> None:
+        self.layout: object = self        # no layout yet
+        self.names: tuple = ()
+        self.values = None
+
+    def __call__(self, ev: dict, text, where) -> tuple:
+        lay = text if text.__class__ is Plain else None
+        if lay is not self.layout:
+            self.layout = lay
+            names = self.names = EVENT_COLUMNS if lay is None else lay.names
+            # itemgetter gives a bare value for one name
+            self.values = operator.itemgetter(*names) if len(names) > 1 else lambda e, n=names[0]: (e[n],)
+        return (APPLY, self.names, self.values(ev), where)
+
+
+def chunk_events(items: list) -> list:
+    """The events of a chunk's items, in order (scan_rows), None for a row the source rejected:
+    an applied row's (names, values) made into the event validate() gives for it (EVENT_COLUMNS
+    order, every column: schemas.events.plain_event_maker)."""
+    out: list = []
+    names = make = None
+    for item in items:
+        if item[0] != APPLY:
+            out.append(None)
+            continue
+        if item[1] is not names:
+            names = item[1]
+            make = plain_event_maker(names)
+        out.append(make(*item[2]))
+    return out
 
 
 def pack(items: list) -> bytes:
@@ -376,8 +421,13 @@ class IsrflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         k = partition.start
         if k == partition.batch_start or os.path.exists(carry_path(self.carry_dir, k)):
             return load_carry(self.carry_dir, self.path, k, self.n_buckets, self.max_jump)
-        carry = load_carry(self.carry_dir, self.path, partition.batch_start, self.n_buckets, self.max_jump)
-        carry = carry_after(partition.prior, carry, self.n_buckets, self.max_jump)
+        # from the nearest carry recorded before k (by this batch's earlier tasks, which start in
+        # file order), else the batch's own: a batch of n files then derives O(n) file carries in
+        # all, not one per earlier file per task. A carry at j is a function of the first j files.
+        j = next((i for i in range(k - 1, partition.batch_start, -1)
+                  if os.path.exists(carry_path(self.carry_dir, i))), partition.batch_start)
+        carry = load_carry(self.carry_dir, self.path, j, self.n_buckets, self.max_jump)
+        carry = carry_after([f for f in partition.prior if f[0] >= j], carry, self.n_buckets, self.max_jump)
         save_carry(self.carry_dir, k, carry)
         return carry
 

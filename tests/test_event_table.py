@@ -25,7 +25,7 @@ def test_scan_routes_as_the_scope_rule_says():
     """The Spark scan inlines the scope rule for speed: a narrowable row naming a partition goes to
     that partition's bucket only, one not naming it to every bucket (as partition_scoped says)."""
     from jobs.buckets import bucket_of
-    from jobs.spark_source import scan_rows, unpack
+    from jobs.spark_source import chunk_events, scan_rows, unpack
     from protocol.cluster import NARROWABLE_TYPES
     assert "Tick" in NARROWABLE_TYPES and TOPIC_TYPES <= NARROWABLE_TYPES
     raws = [{"seq": 1, "ts_ms": 0, "type": "Tick", "broker": 1},
@@ -38,11 +38,12 @@ def test_scan_routes_as_the_scope_rule_says():
     reached: dict[int, set] = {}
     rejected = []
     for b, *_rest, payload in gen:
-        for kind, *item in unpack(payload):
-            if kind == 0:
-                reached.setdefault(item[0][0], set()).add(b)
+        items = unpack(payload)
+        for item, ev in zip(items, chunk_events(items)):
+            if ev is not None:
+                reached.setdefault(ev["seq"], set()).add(b)
             else:
-                rejected.append(item[0])
+                rejected.append(item[1])
     one = {bucket_of("t", 5, 8)}
     assert reached == {1: set(range(8)), 2: one, 3: set(range(8)), 4: one}
     assert [r["seq"] for r in rejected] == [5] and "no topic" in rejected[0]["reason"]

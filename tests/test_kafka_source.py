@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from jobs.kafka_source import load_carry, parse_value, record_rows, save_carry
-from jobs.spark_source import run_scan, scan_rows, unpack
+from jobs.spark_source import chunk_events, run_scan, scan_rows, unpack
 from jobs.streamio import iter_file_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,9 +94,10 @@ def test_record_scan_routes_what_the_file_scan_routes(tmp_path):
         assert a[:6] == b[:6]
         ia, ib = unpack(a[6]), unpack(b[6])
         assert [x[0] for x in ia] == [x[0] for x in ib]
+        assert chunk_events(ia) == chunk_events(ib)
         for x, y in zip(ia, ib):
             if x[0] == 0:
-                assert x[1] == y[1] and json.loads(y[2]) == json.loads(values[x[2] & 0xFFFFFFFF])
+                assert json.loads(y[3]) == json.loads(values[x[3] & 0xFFFFFFFF])
             else:
                 re_loc = r"^(a\.jsonl|part-\d+\.jsonl line \d+|kafka \S+ offset \d+): "
                 assert re.sub(re_loc, "", x[1]["reason"]) == re.sub(re_loc, "", y[1]["reason"])

@@ -259,3 +259,34 @@ def test_a_plain_row_the_core_rejects_keeps_its_raw_json(tmp_path, monkeypatch):
         '{"type":"Fetch","seq":4,"ts_ms":4,"topic":"t","partition":7,"broker":1,"target":1}',
         '{"type":"Produce","seq":5,"ts_ms":5,"topic":"u","partition":0,"broker":1,"records":2,"acks":-1}',
         '{"type":"Fetch","seq":6,"ts_ms":7,"topic":"t","partition":0,"broker":1}']
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(batches())
+def test_the_spark_scan_routes_the_same_events_and_rejections_with_plain_rows_read_as_events(
+        tmp_path_factory, monkeypatch, case):
+    """The Spark source reads plain rows as their events and ships their own columns (jobs.spark_source
+    scan_rows / chunk_events); without the batch check every row is validated and ships every event
+    column. Both give each bucket the same events (key order included) and the same rejected rows."""
+    from jobs.spark_source import chunk_events, run_scan, unpack
+    schema, rows = case
+    path = tmp_path_factory.mktemp("scan") / "part-00000.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+
+    def scan():
+        out, carry = run_scan([(0, str(path))], (0, 0), 4, chunk_rows=5)
+        got = []
+        for row in out:
+            items = unpack(row[6])
+            for item, ev in zip(items, chunk_events(items)):
+                got.append((row[0], ev, item[3]) if ev is not None else (row[0], None, item[1]))
+        return [row[:6] for row in out], got, carry
+
+    fast = scan()
+    monkeypatch.setattr(sio, "PLAIN_ROWS", False)
+    slow = scan()
+    monkeypatch.setattr(sio, "PLAIN_ROWS", True)
+    assert fast == slow
+    for _b, ev, _x in fast[1]:
+        assert ev is None or list(ev) == list(E.EVENT_COLUMNS)

@@ -78,3 +78,27 @@ def test_pack_roundtrip():
     assert unpack(pack(items)) == items
     import pickle
     assert unpack(pickle.dumps(items, protocol=5)) == items
+
+
+def test_a_read_task_derives_its_carry_from_the_nearest_carry_recorded_before_its_file(tmp_path, monkeypatch):
+    """A micro-batch's read tasks run a few at a time in file order; each records the carry at its
+    file when it starts. A later task walks only the files after the nearest recorded carry (O(n)
+    file carries per batch, not one per earlier file per task) and gets the sequential scan's carry."""
+    import jobs.spark_source as ss
+    from tests.spark_streams import make_stream
+    stream, _n = make_stream(tmp_path / "s", 11, 360, n_files=6)
+    files = [(i, str(f)) for i, f in enumerate(sorted(stream.iterdir()))]
+    expect = [run_scan(files[:k], (0, 0), 4, route=False)[1] for k in range(7)]
+    r = ss.IsrflowStreamReader({"path": str(stream), "carry_dir": str(tmp_path / "carry"), "n_buckets": "4"})
+    parts = r.partitions({"files": 0, "last": ""}, {"files": 6, "last": files[5][1].rsplit("/", 1)[-1]})
+    walked: list[int] = []
+    real = ss.carry_after
+    monkeypatch.setattr(ss, "carry_after", lambda fs, *a: (walked.extend(i for i, _ in fs), real(fs, *a))[1])
+    assert r._carry_at(parts[3]) == expect[3] and walked == [0, 1, 2]      # nothing recorded yet
+    walked.clear()
+    assert r._carry_at(parts[5]) == expect[5] and walked == [3, 4]         # from the carry at 3
+    walked.clear()
+    assert r._carry_at(parts[4]) == expect[4] and walked == [3]            # from the carry at 3 again
+    walked.clear()
+    assert r._carry_at(parts[5]) == expect[5] and walked == []             # its own, recorded above
+    assert [r._carry_at(p) for p in parts] == expect[:6]
