@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 
 from jobs import local_engine as le
+from jobs import spark_engine as se
 from jobs.spark_engine import process_bucket
 from jobs.spark_source import run_scan
 from jobs.streamio import list_stream_files
@@ -73,6 +74,7 @@ def test_a_bucket_call_frees_its_cluster_and_restores_automatic_gc(tmp_path, mon
     """Freed whether or not young collections ran during the call (which move part of the cluster
     to the old generation, where the young collection at the call's end does not look)."""
     monkeypatch.setattr(le, "_YOUNG_ROWS", young_rows)
+    monkeypatch.setattr(se, "_WORKER_YOUNG", [])
     stream, _ = make_stream(tmp_path / "s", 5, 400, n_files=3, partitions=8, topics=2)
     cfg = EngineConfig({})
     blobs: dict[int, bytes] = {}
@@ -109,6 +111,7 @@ def test_a_bucket_call_collects_the_young_generations_on_the_engines_schedule(tm
 
     monkeypatch.setattr(le, "_YOUNG_ROWS", 40)
     monkeypatch.setattr(le, "YoungGC", Spy)
+    monkeypatch.setattr(se, "_WORKER_YOUNG", [])
     got = process_bucket(0, 1, cfg, None, chunks, 0, False, str(stream))
     assert rows_at, "no young collection in a call of 600 rows"
     assert rows_at[0][0] == 40
@@ -116,6 +119,17 @@ def test_a_bucket_call_collects_the_young_generations_on_the_engines_schedule(tm
     assert len(rows_at) >= 3
     assert got[0] == ref[0] and got[2] == ref[2] and got[3] == ref[3]
     assert got[1].equals(ref[1])
+
+    # the process's next call goes on on the same schedule: its rows continue the clock, and its
+    # first collection is where the first call's schedule put it (not at its own row 40 again)
+    young, clock = se._WORKER_YOUNG
+    at = young.at
+    assert clock == n and at > n and at != n + 40
+    rows_at.clear()
+    again = process_bucket(0, 1, cfg, None, chunks, 0, False, str(stream))
+    assert [row for row, _at, _on in rows_at][:1] == ([at] if at <= 2 * n else [])
+    assert se._WORKER_YOUNG[1] == 2 * n
+    assert again[0] == ref[0] and again[1].equals(ref[1])
 
 
 def test_a_released_cluster_is_empty():
