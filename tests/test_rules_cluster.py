@@ -154,6 +154,23 @@ def test_next_due_skips_a_periodic_timer_that_fired_at_the_time_reached():
     assert cl.next_due() == 4000
 
 
+def test_the_periodic_fast_path_bound_is_the_first_multiple_after_the_time_reached():
+    """timers.set_t_next: p.t_next, below which an event runs no periodic task, is the first multiple
+    of any periodic interval after the time timers have run to (a bound below it only costs the slow
+    path; one above it would skip a check)."""
+    cfg = EngineConfig({"isr.expiration.interval.ms": "5000", "leader.imbalance.check.interval.seconds": "7",
+                        "unclean.leader.election.interval.ms": "6000"})
+    s = S().up(1, 2)
+    s.create([1, 2])
+    cl = Cluster(cfg)
+    for ts, want in ((12_345, 14_000), (15_000, 18_000), (20_999, 21_000), (21_000, 24_000), (24_000, 25_000)):
+        s.at(ts).tick()
+        for raw in s.events[-1:] if ts > 12_345 else s.events:
+            cl.apply(validate(raw)[0])
+        p = cl.partitions[("t", 0)]
+        assert (p.tdone, p.t_next) == (ts, want)
+
+
 def test_isr_expiration_is_due_the_first_ms_past_the_lag():
     """B8: a follower is out of sync once now - lastCaughtUpTime > replica.lag.time.max.ms, so the
     ISR-expiration timer is due at lastCaughtUp + lag + 1 (interval 1 ms: no rounding) -- the time a
