@@ -47,6 +47,34 @@ def test_leaderless_partition_record_is_accepted():
     assert rows(out, "metadata_log", seq=seq)[0]["leader"] == -1
 
 
+def test_partition_record_whose_elr_is_every_replica_is_accepted():
+    """A leaderless partition whose every replica is in the ELR (the ISR emptied below min ISR, KIP-966):
+    the ELR may equal the replica set, it need only be a subset of it."""
+    s = S().up(1, 2, 3)
+    seq = precord(s, leader=-1, isr=[], elr=[1, 2, 3], last_known_elr=[])
+    out = run_events(s.events, {"eligible.leader.replicas.enable": "true"})
+    assert not out.get("rejected")
+    r = rows(out, "metadata_log", seq=seq)[0]
+    assert (r["leader"], r["isr"], r["elr"]) == (-1, [], [1, 2, 3])
+
+
+def test_a_broker_applying_a_registration_that_names_it_is_indexed_as_its_host():
+    """Cluster.by_broker routes a broker's rows to the partitions it hosts (replicas and local
+    replicas): a broker that gets a local replica by applying a registration naming it (here an older
+    one than the partition's current, which no longer names it) is indexed at once."""
+    from protocol.broker.metadata_cache import apply_metadata
+    from protocol.messages import RegistrationSnapshot
+    cl = Cluster(EngineConfig({}))
+    s = S().up(1, 2, 3)
+    s.create([1, 2])
+    for raw in s.events:
+        cl.apply(validate(raw)[0])
+    p = cl.partitions[("t", 0)]
+    assert 3 not in p.indexed and ("t", 0) not in cl.by_broker[3]
+    apply_metadata(p, 3, RegistrationSnapshot(1, 0, 0, (1, 2, 3), (1, 2, 3), (), (), "RECOVERED"), 1)
+    assert 3 in p.reps and 3 in p.indexed and ("t", 0) in cl.by_broker[3]
+
+
 def test_partition_record_keeps_its_leader_recovery_state():
     """A recorded registration is taken as written: RECOVERING stays RECOVERING (an unclean election's
     leader not yet recovered), and a row without the column means RECOVERED (PartitionRecord's default)."""
