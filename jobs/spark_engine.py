@@ -86,8 +86,9 @@ def process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes |
     (tables {name: rows}, partition_state as Arrow, stats dict, new blob, next timeout or None).
 
     It runs as the in-process engine does (jobs.local_engine, _YOUNG_ROWS): automatic GC off,
-    young collections on YoungGC's schedule, one for the process's calls (_WORKER_YOUNG); and once its state is encoded, the bucket's Cluster is
-    released (Cluster.release), so reference counting frees it at once. Before (automatic GC on,
+    young collections on YoungGC's schedule, one for all the process's calls (_WORKER_YOUNG); and
+    once its state is encoded, the bucket's Cluster is released (Cluster.release), so reference
+    counting frees it at once. Before (automatic GC on,
     the Cluster left in cycles), on the bench's 100,000-partition stream cut into 16 buckets and
     called outside Spark: the full collections that kept coming while a bucket's partitions were
     built rescanned all of them, and every bucket's dead Cluster waited for one; 37% of the calls'

@@ -28,8 +28,9 @@ stream by file NAME; and the engine needs each row's exact stream position. This
   unpack). An applied row's item is its columns' names and values: a plain Parquet row
   (schemas.events.plain_rows) is read as its event already and keeps its file's columns,
   any other row is validated here and carries every event column; the bucket makes the
-  event from them (chunk_events). The bucket column holds the bucket's grouping key (jobs.buckets.group_keys:
-  key % n_buckets == bucket, chosen so buckets spread evenly over the shuffle partitions).
+  event from them (chunk_events). The bucket column holds the bucket's grouping key
+  (jobs.buckets.group_keys: key % n_buckets == bucket, chosen so buckets spread evenly over
+  the shuffle partitions).
 
 Output columns (SCHEMA): bucket, pos (first stream position of the chunk: file index << 32
 | row), et_ms (the stream time after the chunk + 1 ms; the event-time column: with a 1 ms
