@@ -95,6 +95,37 @@ def test_steady_fetch_never_serves_past_a_leader_that_lost_its_tail():
         ("DIVERGING_EPOCH", 0, 2, 2)
 
 
+def test_steady_fetch_compares_the_latest_epochs_not_the_first():
+    """Follower 3 holds records of leader epoch 1 that the new leader 1 (elected uncleanly in epoch 4)
+    never had: both logs start in epoch 0, their latest epochs differ (3's cache [(0, 0), (1, 2),
+    (2, 5)] against 1's [(0, 0), (4, 2)]), and the follower is not past the leader's LEO. Only the
+    full path may answer (DIVERGING_EPOCH at the end of epoch 0 in the leader's log, truncation to
+    it): the fast path must refuse it by the latest epochs."""
+    s = S()
+    s.up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.at(10).produce(1, 2, acks=1)
+    s.fetch_round(2, 3)                          # every log [0, 2) in epoch 0
+    s.at(20).fence(1)                            # leader 2, epoch 1
+    s.produce(2, 3, acks=1)                      # 2: [2, 5) in epoch 1
+    s.fetch(3)                                   # 3 copies them
+    s.at(30).fence(2)                            # leader 3, epoch 2 (its cache: (2, 5))
+    s.fence(3)                                   # nobody left: leaderless, epoch 3
+    s.at(40).unfence(1)                          # elected uncleanly, epoch 4, log [0, 2)
+    s.produce(1, 5, acks=1)                      # 1: [2, 7) in epoch 4
+    s.at(50).unfence(3)                          # 3 follows 1 in epoch 4
+    f = s.fetch(3)
+    cfg = {"unclean.leader.election.enable": "true", "eligible.leader.replicas.enable": "false",
+           "min.insync.replicas": "1"}
+    fast = _tables(run_events(s.events, cfg))
+    with pytest.MonkeyPatch.context() as m:
+        _slow(m)
+        slow = _tables(run_events(s.events, cfg))
+    assert fast == slow
+    row = [r for r in slow["fetch"] if r["seq"] == f][-1]
+    assert (row["result"], row["diverging_epoch"], row["truncated_to"]) == ("DIVERGING_EPOCH", 0, 2)
+
+
 def test_steady_fetch_takes_followers_with_empty_logs(tmp_path):
     """Early in a stream (here: 300 ms of a 300-partition cluster) most leaders have taken no
     produce yet, so most fetches come from followers whose logs hold no epoch: the fast path

@@ -271,3 +271,20 @@ def test_truncate_on_divergence_picks_kafkas_truncation_offset(cache, leo, e, o,
     truncate_on_divergence(p, frep, e, o, row)
     assert row == {"truncated_to": want}
     assert frep.log.leo == want and changed == [2]
+
+
+def test_a_loaded_snapshot_marks_the_records_below_its_first_epoch_unknown():
+    """ReplicaSnapshot (load_snapshot): records below the first cached epoch's start offset have an
+    unknown epoch (UNDEFINED, incarnation 0: matching everywhere), down to a single record; a cache
+    starting at offset 0 leaves none, and an empty log has no records at all."""
+    lg = ReplicaLog()
+    lg.load_snapshot({5: 1}, 3, 3)
+    assert [lg.identity_at(o) for o in range(3)] == [(UNDEFINED, 0), (5, 0), (5, 0)]
+    lg.load_snapshot({}, 1, 1)
+    assert lg.identity_at(0) == (UNDEFINED, 0) and lg.runs == [(0, UNDEFINED, 0)]
+    lg.load_snapshot({5: 0}, 3, 3)
+    assert lg.runs == [(0, 5, 0)]
+    lg.load_snapshot({0: 2}, 4, 4)                 # epoch 0 itself may start past offset 0
+    assert lg.runs == [(0, UNDEFINED, 0), (2, 0, 0)]
+    lg.load_snapshot({}, 0, 0)
+    assert lg.runs == [] and lg.identity_at(0) is None
