@@ -406,3 +406,20 @@ def test_a_reason_quotes_a_value_whole_up_to_sixty_characters():
     assert _short("x" * 58) == repr("x" * 58) and len(_short("x" * 58)) == 60
     cut = _short("x" * 59)
     assert len(cut) == 60 and cut.endswith("...") and cut.startswith("'xxx")
+
+
+def test_a_reason_quotes_a_broker_list_whole_up_to_sixty_characters():
+    """A duplicate-id reason quotes the broker list: whole up to 60 characters, cut to 60 with its
+    closing bracket kept beyond that."""
+    def record(isr):
+        return E.validate({"seq": 3, "ts_ms": 0, "type": "PartitionRecord", "topic": "t", "partition": 0,
+                           "replicas": [1, 2], "isr": isr, "leader": 1, "leader_epoch": 0, "partition_epoch": 0})
+    ev, why = record([1, 2, 1])
+    assert ev is None and "[1, 2, 1] has duplicate broker ids" in why
+    sixty = [1] + list(range(1_000_000, 1_000_006)) + [1]
+    assert len(str(sixty)) == 60
+    ev, why = record(sixty)
+    assert ev is None and f"{sixty} has duplicate broker ids" in why
+    ev, why = record([1] + list(range(1000, 1030)) + [1])
+    quoted = why[why.index("[1, 1000"):why.index(" has duplicate")]
+    assert ev is None and len(quoted) == 60 and quoted.endswith("...]")
