@@ -760,8 +760,9 @@ def validate(row: dict) -> tuple[Optional[dict], Optional[str]]:
 # --------------------------------------------------------------------------
 # Columnar fast path: the rows of an Arrow batch that validate() passes through unchanged
 # --------------------------------------------------------------------------
-# Most rows of a stream are plain: a type without list or map columns, defaults or a cross-column
-# rule (Fetch, Produce, ...), every one of its columns in range, every other column null. For such
+# Most rows of a stream are plain: a type without defaults or a cross-column rule (Fetch, Produce,
+# CreatePartition, ...), every one of its columns in range (a list of ids element by element, an
+# optional map column null), every other column null. For such
 # a row the compiled validator only copies the row into a fresh dict. `plain_rows` finds them for a
 # whole Arrow batch at once, from the same models (so it cannot drift from validate), and the
 # stream reader hands them over as ValidEvent dicts, which validate() only pads. Every other row,
@@ -803,7 +804,8 @@ def plain_event_maker(names: tuple[str, ...]):
 
 def _plain_columns(model: type[EventBase]) -> Optional[dict[str, tuple["_Spec", bool]]]:
     """{column: (spec, required)} of a type whose valid rows validate() passes through unchanged,
-    or None (a cross-column rule, a list or map column, or a default to fill in)."""
+    or None (a cross-column rule, a default to fill in, a required map column, or a list that
+    is not of plain integer ids)."""
     if model.cross_check.__func__ is not EventBase.cross_check.__func__:
         return None
     out = {}
@@ -812,12 +814,24 @@ def _plain_columns(model: type[EventBase]) -> Optional[dict[str, tuple["_Spec", 
             continue
         spec = _Spec(field_annotation(fi))
         required = fi.is_required()
-        if spec.kind not in ("int", "str", "bool", "lit"):
-            return None
         if not required and (fi.default is not None or fi.default_factory is not None):
+            return None
+        if spec.kind == "map" and not required:
+            pass                 # a row is plain only while it is null (_fits: no Arrow type fits)
+        elif spec.kind == "list" and not _plain_list(spec):
+            return None
+        elif spec.kind not in ("int", "str", "bool", "lit", "list"):
             return None
         out[col] = (spec, required)
     return out
+
+
+def _plain_list(spec: "_Spec") -> bool:
+    """A list whose valid values validate() keeps as they are and plain_rows can check column-wise:
+    non-null integers, each in range, and a minimum length (a list of unique ids is left to the row
+    path: the batch check does not look for repeats)."""
+    el = spec.elem
+    return el.kind == "int" and not el.nullable and not spec.unique and el.normalizer is None
 
 
 PLAIN_TYPES: dict[str, dict[str, tuple["_Spec", bool]]] = {
@@ -831,6 +845,10 @@ def _fits(spec: "_Spec", t: pa.DataType) -> bool:
         return pa.types.is_signed_integer(t)
     if spec.kind in ("str", "lit"):
         return pa.types.is_string(t) or pa.types.is_large_string(t)
+    if spec.kind == "list":
+        return (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_signed_integer(t.value_type)
+    if spec.kind == "map":
+        return False             # a map column is plain only where it is null
     return pa.types.is_boolean(t)
 
 
@@ -839,6 +857,21 @@ def _in_range(spec: "_Spec", a):
     import pyarrow.compute as pc
     if spec.kind == "int":
         return pc.and_(pc.greater_equal(a, spec.lo), pc.less_equal(a, spec.hi))
+    if spec.kind == "list":
+        # a list passes when none of its elements is null or out of range (the rows of the bad
+        # elements, by their parent index), and it is long enough
+        el = spec.elem
+        vals = pc.list_flatten(a)
+        good = pc.is_valid(vals)
+        if el.lo is not None:
+            good = pc.and_(good, pc.greater_equal(vals, el.lo))
+        if el.hi is not None:
+            good = pc.and_(good, pc.less_equal(vals, el.hi))
+        bad_rows = pc.filter(pc.list_parent_indices(a), pc.invert(pc.fill_null(good, False)))
+        ok = pc.invert(pc.is_in(pa.array(range(len(a)), pa.int64()), value_set=bad_rows.cast(pa.int64())))
+        if spec.min_len:
+            ok = pc.and_(ok, pc.greater_equal(pc.list_value_length(a), spec.min_len))
+        return pc.if_else(pc.is_valid(a), ok, None)
     if spec.kind == "lit":
         return pc.if_else(pc.is_valid(a), pc.is_in(a, value_set=pa.array(list(spec.choices), a.type)), None)
     if spec.kind == "str" and spec.min_len:
@@ -889,7 +922,8 @@ def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
                     break
                 m = pc.and_(m, nulls[c])         # only its null rows can be plain
                 continue
-            key = (c, spec.kind, spec.lo, spec.hi, spec.min_len, spec.choices)
+            key = (c, spec.kind, spec.lo, spec.hi, spec.min_len, spec.choices,
+                   spec.elem and (spec.elem.lo, spec.elem.hi))
             if key not in ranged:
                 ranged[key] = pc.fill_null(_in_range(spec, cols[c]), False)
             ok = ranged[key] if required else pc.or_(nulls[c], ranged[key])

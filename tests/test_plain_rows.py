@@ -33,6 +33,10 @@ def _int_range(t: pa.DataType) -> tuple[int, int]:
 def column_type(draw, col: str) -> pa.DataType:
     """The column's canonical Arrow type most of the time, else another one."""
     canon = E.EVENT_ARROW_SCHEMA.field(col).type
+    if pa.types.is_list(canon) and draw(st.integers(0, 9)) >= 7:
+        # the same lists with wider, unsigned or large-list element types
+        return draw(st.sampled_from([pa.list_(pa.int64()), pa.list_(pa.int8()), pa.list_(pa.uint32()),
+                                     pa.large_list(pa.int32())]))
     if col == "type" or not (pa.types.is_integer(canon) or pa.types.is_string(canon) or pa.types.is_boolean(canon)):
         return canon
     if draw(st.integers(0, 9)) < 7:
@@ -50,8 +54,12 @@ def value_of(t: pa.DataType, col: str):
         return st.booleans()
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return st.sampled_from(TYPES if col == "type" else STR_POOL)
-    if pa.types.is_list(t):
-        return st.lists(st.integers(0, 4), max_size=3)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        # usually broker ids in range, now and then a null, a negative or an out-of-range element
+        lo, hi = _int_range(t.value_type)
+        odd = [v for v in (None, -1, -(2**31) - 1, 2**31 - 1, 2**31) if v is None or lo <= v <= hi]
+        elem = st.one_of(st.integers(0, 4), st.integers(0, 4), st.integers(0, 4), st.sampled_from(odd))
+        return st.lists(elem, max_size=3)
     if col == "config":
         return st.lists(st.tuples(st.sampled_from(["min.insync.replicas", "a"]), st.sampled_from(["1", "x"])),
                         max_size=2)
@@ -71,13 +79,16 @@ def batches(draw):
     for i in range(n):
         t = draw(st.sampled_from(TYPES))
         own = set(E.EVENT_MODELS[t].model_fields) if t in E.EVENT_MODELS else set()
+        # a third of the rows leave every other type's column null (the rows a plain check can take)
+        # and fill an optional map column (a creation's config) only half the time
+        others = 0 if draw(st.integers(0, 2)) == 0 else 1
         row = {}
         for c in cols:
             if c == "type":
                 row[c] = t if draw(st.integers(0, 19)) else None
             elif c == "seq" and pa.types.is_integer(types[c]):
                 row[c] = i + 1 if draw(st.integers(0, 9)) else draw(value_of(types[c], c))
-            elif draw(st.integers(0, 9)) < (9 if c in own else 1):
+            elif draw(st.integers(0, 9)) < ((5 if c == "config" else 9) if c in own else others):
                 if pa.types.is_integer(types[c]) and draw(st.integers(0, 9)) < 7:
                     lo, hi = _int_range(types[c])
                     row[c] = min(max(draw(st.integers(0, 6)), lo), hi)      # usually in range
@@ -105,11 +116,13 @@ def _read_both(path, monkeypatch):
 def _canonical(schema: pa.Schema, rows: list[dict], row: dict) -> bool:
     """Every non-null value of the row is in a column of the type's own, with its canonical type,
     and no row of the batch has a value in a column that is not an event column."""
-    own = set(E.EVENT_MODELS[row["type"]].model_fields)
+    own = E.PLAIN_TYPES[row["type"]]
     if any(r.get("unknown_extra") is not None for r in rows):
         return False
-    return all(v is None or (c in own and schema.field(c).type == E.EVENT_ARROW_SCHEMA.field(c).type)
-               for c, v in row.items())
+    # a map column (CreatePartition's config) is plain only where it is null
+    return all(v is None or c in ("seq", "type") or (
+        c in own and own[c][0].kind != "map" and schema.field(c).type == E.EVENT_ARROW_SCHEMA.field(c).type)
+        for c, v in row.items())
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -151,14 +164,17 @@ def test_plain_rows_agree_with_the_row_path(tmp_path_factory, monkeypatch, case)
 
 
 def test_a_canonical_stream_is_read_plain(tmp_path, monkeypatch):
-    """The common case is taken: valid data-plane rows of the canonical schema are ValidEvents, the
-    rows with list or map columns and the invalid ones are not, and validate gives the same."""
+    """The common case is taken: valid data-plane rows and creations of the canonical schema are
+    ValidEvents (a repeated or the highest broker id too); a creation with a config (a map column), with a negative or null replica id,
+    and the invalid rows are not; validate gives the same."""
     rows = []
     for i in range(1, 201):
         r = dict.fromkeys(E.EVENT_COLUMNS)
         r.update(seq=i, ts_ms=i, topic="t", partition=i % 3, broker=i % 4)
         if i % 10 == 0:
-            r.update(type="CreatePartition", replicas=[0, 1, 2], broker=None)
+            odd = {50: [0, -1], 100: [1, None], 150: [2, 2**31 - 1], 160: [3, 3]}.get(i, [0, 1, 2])
+            r.update(type="CreatePartition", replicas=odd, broker=None,
+                     config=[("min.insync.replicas", "2")] if i == 200 else None)
         elif i % 10 == 1:
             r.update(type="Fetch", fetch_offset=-1)                      # out of range: rejected
         elif i % 2:
@@ -170,8 +186,10 @@ def test_a_canonical_stream_is_read_plain(tmp_path, monkeypatch):
     pq.write_table(pa.Table.from_pylist(rows, schema=E.EVENT_ARROW_SCHEMA), path)
     fast, slow = _read_both(path, monkeypatch)
     kinds = [type(a) is E.ValidEvent for a, _, _ in fast]
-    assert kinds == [r["type"] in ("Fetch", "Produce") and r["fetch_offset"] is None for r in rows]
-    assert sum(kinds) == 160
+    assert kinds == [r["type"] in ("Fetch", "Produce") and r["fetch_offset"] is None
+                     or r["type"] == "CreatePartition" and r["seq"] not in (50, 100, 200)
+                     for r in rows]
+    assert sum(kinds) == 160 + 17
     assert [type(t) is sio.Plain for _, t, _ in iter_file_rows(path, events=True)] == kinds
     for (a, _, _), (b, _, _) in zip(fast, slow):
         assert E.validate(a) == E.validate(b)
@@ -248,7 +266,7 @@ def test_a_plain_row_the_core_rejects_keeps_its_raw_json(tmp_path, monkeypatch):
     s.mkdir()
     pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows], schema=schema),
                    s / "part-00000.parquet")
-    assert sum(type(t) is sio.Plain for _, t, _ in iter_raw_rows(s, events=True)) == 6  # all but the creation
+    assert sum(type(t) is sio.Plain for _, t, _ in iter_raw_rows(s, events=True)) == 7  # the creation too
 
     def rejected(events):
         [(tables, _, _)] = list(_batches(LocalEngine(EngineConfig({})), iter_raw_rows(s, events=events), 100))
@@ -290,3 +308,54 @@ def test_the_spark_scan_routes_the_same_events_and_rejections_with_plain_rows_re
     assert fast == slow
     for _b, ev, _x in fast[1]:
         assert ev is None or list(ev) == list(E.EVENT_COLUMNS)
+
+
+@st.composite
+def creations(draw):
+    """(schema, rows): creations and reassignments of the canonical columns, with a replica list of
+    random elements (ids, null, negative, the int32 extremes), now and then a config, among
+    fetches; the list column's element type is int32, int64 or uint32 (unsigned: the row path)."""
+    list_type = draw(st.sampled_from([pa.list_(pa.int32()), pa.list_(pa.int64()), pa.large_list(pa.int32()),
+                                      pa.list_(pa.uint32())]))
+    lo, hi = _int_range(list_type.value_type)
+    elem = st.one_of(st.integers(0, 5), st.sampled_from([v for v in (None, -1, 0, 2**31 - 1, 2**31)
+                                                         if v is None or lo <= v <= hi]))
+    rows = []
+    for i in range(draw(st.integers(1, 10))):
+        t = draw(st.sampled_from(["CreatePartition", "Reassign", "Fetch"]))
+        r = {"seq": i + 1, "ts_ms": i, "type": t, "topic": "t", "partition": draw(st.integers(0, 2)),
+             "broker": None, "replicas": None, "config": None}
+        if t == "Fetch":
+            r["broker"] = draw(st.integers(0, 3))
+        else:
+            r["replicas"] = draw(st.one_of(st.none(), st.lists(elem, max_size=4)))
+            if t == "CreatePartition" and draw(st.integers(0, 3)) == 0:
+                r["config"] = [("min.insync.replicas", "2")]
+        rows.append(r)
+    fields = [E.EVENT_ARROW_SCHEMA.field(c) for c in ("seq", "ts_ms", "type", "topic", "partition", "broker",
+                                                      "config")] + [pa.field("replicas", list_type)]
+    return pa.schema(fields), rows
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(creations())
+def test_list_columns_are_checked_column_wise(tmp_path_factory, monkeypatch, case):
+    """A row with a list of broker ids is plain exactly when validate() keeps it as it stands:
+    every element an id in range (a repeat or an empty list is Kafka's answer, not a rejection),
+    the list present where the type requires it, no config (a map column), a signed element type
+    (or no list: a reassignment's cancel); its event is validate()'s."""
+    schema, rows = case
+    path = tmp_path_factory.mktemp("lists") / "part-00000.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    fast, slow = _read_both(path, monkeypatch)
+    events = list(iter_file_rows(path, events=True))
+    signed = pa.types.is_signed_integer(schema.field("replicas").type.value_type)
+    for (a, _, _), (b, _, _), (e, te, _), r in zip(fast, slow, events, rows):
+        ev, why = E.validate(b)
+        assert E.validate(a) == (ev, why)
+        expect = why is None and (signed or r["replicas"] is None) and r["config"] is None
+        assert (type(a) is E.ValidEvent) == expect, (r, why)
+        if expect:
+            assert type(te) is sio.Plain and e == ev and list(e) == list(E.EVENT_COLUMNS)
+            assert row_to_json(e, te) == row_to_json(b)
