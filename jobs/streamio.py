@@ -6,9 +6,10 @@ files are ignored, sub-directories are not read.
 """
 
 import json
+import sys
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import orjson
 import pyarrow as pa
@@ -223,6 +224,8 @@ def _column(a) -> tuple[list, bool]:
     """to_pylist of one column, and whether every value converted as is; values Python cannot
     convert come out as bytes / Unreadable (then False)."""
     try:
+        if pa.types.is_string(a.type) or pa.types.is_large_string(a.type):
+            return _strings(a), True
         return a.to_pylist(), True
     except Exception:
         if isinstance(a, pa.ChunkedArray):
@@ -230,18 +233,56 @@ def _column(a) -> tuple[list, bool]:
         return [_scalar(a, i) for i in range(len(a))], False
 
 
+def _strings(a) -> list:
+    """to_pylist of a string column, each distinct value one interned object: an event's type and
+    topic repeat row after row, and one shared object is made once (faster than a new object per
+    row), pickles once per chunk (the Spark source), and compares with the core's stored partition
+    key by identity. Invalid UTF-8 raises, as to_pylist does."""
+    import pyarrow.compute as pc
+    d = a.dictionary_encode()
+    values = [None if s is None else sys.intern(s) for s in d.dictionary.to_pylist()]
+    idx = d.indices
+    if idx.null_count:
+        values.append(None)
+        idx = pc.fill_null(idx, len(values) - 1)
+    return list(map(values.__getitem__, idx.to_pylist()))
+
+
 class Plain:
     """The text slot of a plain Parquet row read with iter_raw_rows(events=True), whose dict is
-    its validated event already (every event column); `names` are the row's own columns, in the
-    file's order, which row_to_json gives back if the core rejects the row."""
+    its validated event already (every event column), or with events=VALUES, whose values are
+    (the row's own values, in its columns' order); `names` are the row's own columns, in the
+    file's order, which row_to_json gives back if the core rejects the row. `key(values)` gives
+    the row's (seq, ts_ms, type, topic, partition), None for a column the batch does not hold."""
 
-    __slots__ = ("names",)
+    __slots__ = ("names", "key")
 
     def __init__(self, names: tuple[str, ...]):
         self.names = names
+        self.key = _key_getter(names)
 
 
-def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) -> Iterator[RawRow]:
+_KEYS: dict[tuple, Callable] = {}
+
+
+def _key_getter(names: tuple[str, ...]) -> Callable:
+    """One function per column layout, generated once: (seq, ts_ms, type, topic, partition) of a
+    values tuple, by position."""
+    get = _KEYS.get(names)
+    if get is None:
+        parts = ", ".join(f"v[{names.index(c)}]" if c in names else "None"
+                          for c in ("seq", "ts_ms", "type", "topic", "partition"))
+        if len(_KEYS) >= 256:           # bounded whatever layouts the stream's files have
+            _KEYS.clear()
+        get = _KEYS[names] = eval(f"lambda v: ({parts})")  # noqa: S307 - built from column names we checked
+    return get
+
+
+# iter_raw_rows(events=VALUES): a plain row as its values tuple (see Plain), not its event dict
+VALUES = "values"
+
+
+def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool | str = False) -> Iterator[RawRow]:
     name = safe_text(f.name)
     try:
         with open(f, "rb"):
@@ -276,7 +317,7 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) 
         conv = [_column(batch.column(i)) for i in keep]
         cols = [c for c, _ in conv]
         plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
-        make = plain_event_maker(tuple(names)) if plain and events else None
+        make = (VALUES if events is VALUES else plain_event_maker(tuple(names))) if plain and events else None
         if make is not None:
             yield from _plain_events(names, cols, plain, foreign, make)
             continue
@@ -287,10 +328,14 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool = False) 
 
 def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterator[RawRow]:
     """_iter_parquet's rows with events=True: a plain row as (its event, Plain, None), made by
-    `make` (schemas.events.plain_event_maker), or Foreign when foreign(type, topic, partition)
+    `make` (schemas.events.plain_event_maker; make VALUES: its values tuple), or Foreign when foreign(type, topic, partition)
     gives it to another worker (a plain row holds its seq, ts_ms and type; a column null throughout
     the batch is absent: None); every other row as its raw dict, for validate()."""
     layout = Plain(tuple(names))
+    if make is VALUES:
+        for ok, vals in zip(plain, zip(*cols)):
+            yield (vals, layout, None) if ok else (dict(zip(names, vals)), None, None)
+        return
     if foreign is None:
         for ok, vals in zip(plain, zip(*cols)):
             if ok:
@@ -310,14 +355,14 @@ def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterat
             yield make(*vals), layout, None
 
 
-def iter_file_rows(f: Path, batch_rows: int = 65536, foreign=None, events: bool = False) -> Iterator[RawRow]:
+def iter_file_rows(f: Path, batch_rows: int = 65536, foreign=None, events: bool | str = False) -> Iterator[RawRow]:
     """Rows of one stream file, see iter_raw_rows."""
     if f.suffix.lower() in PARQUET_SUFFIXES:
         return _iter_parquet(f, batch_rows, foreign, events)
     return _iter_json(f)
 
 
-def iter_raw_rows(path, batch_rows: int = 65536, foreign=None, events: bool = False) -> Iterator[RawRow]:
+def iter_raw_rows(path, batch_rows: int = 65536, foreign=None, events: bool | str = False) -> Iterator[RawRow]:
     """Every row of the stream in stream order, as
     (raw dict or None, raw text or None, parse error or None).
 
@@ -329,12 +374,14 @@ def iter_raw_rows(path, batch_rows: int = 65536, foreign=None, events: bool = Fa
       which ``schemas.events.validate`` accepts.
     * foreign: a worker's predicate (type, topic, partition) -> bool (Cluster.is_foreign); a plain
       Parquet row it holds comes as (Foreign(seq, ts_ms), None, None). Only with events=True (a
-      worker reads the rows it owns as events).
+      worker reads the rows it owns as events; not with events=VALUES).
     * events: a plain Parquet row (schemas.events.plain_rows) comes as (the event dict validate()
-      would return for it, Plain(its columns), None), made without the raw row's dict; a reader
-      that validates every row itself (the Spark source, the bench's core) leaves it off.
+      would return for it, Plain(its columns), None), made without the raw row's dict; with
+      events=VALUES as (its values tuple, Plain(its columns), None), for a reader that ships rows
+      on rather than applying them (the Spark source); a reader that validates every row itself
+      leaves it off.
     """
-    if foreign is not None and not events:
+    if foreign is not None and events is not True:
         raise ValueError("iter_raw_rows: foreign needs events=True")
     for f in list_stream_files(path):
         yield from iter_file_rows(f, batch_rows, foreign, events)
@@ -344,8 +391,9 @@ def row_to_json(raw: Optional[dict], raw_text: Optional[str] = None) -> str:
     """The JSON text of a raw row for ``rejected.raw``: the original line when
     there is one, otherwise the dict without its null columns."""
     if raw_text.__class__ is Plain:
-        # a plain row read as its event (iter_raw_rows(events=True)): its own columns, in its order
-        raw = {n: raw[n] for n in raw_text.names}
+        # a plain row read as its event (iter_raw_rows(events=True)) or its values (events=VALUES):
+        # its own columns, in its order
+        raw = dict(zip(raw_text.names, raw)) if raw.__class__ is tuple else {n: raw[n] for n in raw_text.names}
     elif raw_text is not None:
         return safe_text(raw_text)
     if raw is None:

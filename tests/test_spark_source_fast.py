@@ -6,6 +6,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from jobs.buckets import _murmur3_int, group_keys
 from jobs.spark_source import _fast_file_carry, carry_after, pack, run_scan, unpack
@@ -102,3 +103,49 @@ def test_a_read_task_derives_its_carry_from_the_nearest_carry_recorded_before_it
     walked.clear()
     assert r._carry_at(parts[5]) == expect[5] and walked == []             # its own, recorded above
     assert [r._carry_at(p) for p in parts] == expect[:6]
+
+
+def test_a_read_task_scans_without_automatic_collections_and_restores_them(tmp_path, monkeypatch):
+    """The scan builds a tuple per row, which only reference counting needs to free: the read task
+    (and run_scan) pauses Python's automatic collections while the scan works, and gives them back
+    as they were between its rows, at its end, and on an error."""
+    import gc
+
+    import jobs.spark_source as ss
+    from tests.spark_streams import make_stream
+    stream, _n = make_stream(tmp_path / "s", 5, 200, n_files=2)
+    seen: list[bool] = []
+    real = ss.iter_file_rows
+
+    def rows(*a, **k):
+        for r in real(*a, **k):
+            seen.append(gc.isenabled())
+            yield r
+    monkeypatch.setattr(ss, "iter_file_rows", rows)
+    r = ss.IsrflowStreamReader({"path": str(stream), "carry_dir": str(tmp_path / "carry"), "n_buckets": "4",
+                                "chunk_rows": "50"})
+    files = sorted(stream.iterdir())
+    [part] = r.partitions({"files": 0, "last": ""}, {"files": 1, "last": files[0].name})
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            seen.clear()
+            out = []
+            for row in r.read(part):
+                assert gc.isenabled() is state          # the worker's own code between rows
+                out.append(row)
+            assert gc.isenabled() is state and len(out) > 1 and seen and not any(seen)
+            seen.clear()
+            run_scan([(0, str(files[0]))], (0, 0), 4)
+            assert gc.isenabled() is state and seen and not any(seen)
+        gc.enable()
+
+        def unreadable(*a, **k):
+            raise OSError("the disk went away")
+        monkeypatch.setattr(ss, "iter_file_rows", unreadable)
+        with pytest.raises(OSError):
+            list(r.read(part))
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

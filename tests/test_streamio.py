@@ -93,3 +93,57 @@ def test_float_free_files_read_as_pythons_json(tmp_path, monkeypatch, number, fl
     rows = [raw for raw, _, _ in sio.iter_raw_rows(f)]
     assert rows == [json.loads(x) for x in text.split("\n") if x]
     assert [type(v) for v in rows[1].values()] == [type(v) for v in json.loads(line[shift:]).values()]
+
+
+def test_string_columns_come_as_one_interned_object_per_value(tmp_path):
+    """A Parquet string column's values come as to_pylist gives them, nulls included, but each
+    distinct value as one interned object (an event's type and topic repeat row after row)."""
+    import sys
+
+    from jobs.streamio import _column
+    for t in (pa.string(), pa.large_string()):
+        vals = ["Fetch", None, "Produce", "Fetch", "t" + "0", None, "\u00fcn\u00ef", "Fetch"]
+        a = pa.array(vals, t)
+        got, exact = _column(a)
+        assert exact and got == vals and got == a.to_pylist()
+        assert got[0] is got[3] is got[7] is sys.intern("Fetch") and got[4] is sys.intern("t0")
+        sliced, _ = _column(a.slice(2, 4))
+        assert sliced == vals[2:6]
+    # invalid UTF-8 in a string column: converted value by value as before (not exact)
+    bad = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(b"\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00"),
+                                                  pa.py_buffer(b"a\xff")])
+    got, exact = _column(bad)
+    assert not exact and got[0] == "a"
+
+
+def test_plain_rows_read_as_values(tmp_path):
+    """events=VALUES: a plain row comes as its own values, in its columns' order, with a layout whose
+    key gives (seq, ts_ms, type, topic, partition) (None for a column the batch does not hold) and
+    whose JSON is the row's; other rows as their dicts, as with events=True."""
+    from jobs.streamio import VALUES, Plain
+    rows = [dict(seq=1, ts_ms=5, type="BrokerRegister", broker=1, broker_epoch=10, previous_broker_epoch=-1),
+            dict(seq=2, ts_ms=6, type="Fetch", topic="t", partition=0, broker=1),
+            dict(seq=3, ts_ms=7, type="Fetch", topic="t", partition=0, broker=1, fetch_offset=-5)]
+    cols = ["type", "seq", "ts_ms", "topic", "partition", "broker", "broker_epoch", "previous_broker_epoch",
+            "fetch_offset"]
+    schema = pa.schema([EVENT_ARROW_SCHEMA.field(c) for c in cols])
+    d = tmp_path / "s"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pylist([{c: r.get(c) for c in cols} for r in rows], schema=schema),
+                   d / "part-00000.parquet")
+    (a, ta, _), (b, tb, _), (c, tc, _) = list(iter_raw_rows(d, events=VALUES))
+    assert type(ta) is Plain and type(tb) is Plain and tc is None and type(c) is dict
+    assert ta.names == tuple(cols) and a == ("BrokerRegister", 1, 5, None, None, 1, 10, -1, None)
+    assert ta.key(a) == (1, 5, "BrokerRegister", None, None) and tb.key(b) == (2, 6, "Fetch", "t", 0)
+    assert row_to_json(b, tb) == '{"type":"Fetch","seq":2,"ts_ms":6,"topic":"t","partition":0,"broker":1}'
+    events = list(iter_raw_rows(d, events=True))
+    assert [validate(dict(zip(ta.names, v)))[0] for v in (a, b)] == [events[0][0], events[1][0]]
+    # a layout without topic or partition at all
+    d2 = tmp_path / "s2"
+    d2.mkdir()
+    pq.write_table(pa.Table.from_pylist([{"seq": 1, "ts_ms": 0, "type": "BrokerUnfence", "broker": 2}]),
+                   d2 / "part-00000.parquet")
+    [(v, t, _)] = list(iter_raw_rows(d2, events=VALUES))
+    assert type(t) is Plain and t.key(v) == (1, 0, "BrokerUnfence", None, None)
+    with pytest.raises(ValueError):
+        list(iter_raw_rows(d, events=VALUES, foreign=lambda *a: False))
