@@ -83,7 +83,8 @@ class YoungGC:
 
 @contextmanager
 def replay_gc():
-    """Automatic GC off for the duration of a replay loop (restored after), see above."""
+    """Automatic GC off for the duration of a replay loop (restored after), see above; the Spark
+    source's scan runs under it too (jobs.spark_source)."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -40,13 +40,11 @@ chunk), payload.
 """
 from __future__ import annotations
 
-import gc
 import json
 import operator
 import os
 import pickle
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 
 from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, order_reject_reason
@@ -54,6 +52,7 @@ from schemas._derive import safe_text
 from schemas.events import EVENT_COLUMNS, plain_event_maker, validate
 
 from .buckets import bucket_of, group_keys, loose_bucket
+from .local_engine import replay_gc
 from .streamio import loose
 from .streamio import VALUES, Plain, iter_file_rows, list_stream_files, row_to_json
 
@@ -125,24 +124,19 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
         if chunk_pos is None:
             chunk_pos = pos
         n_in += 1
-        if err is not None:
-            if route:
-                buckets.setdefault(0, []).append((REJECTED, _rej({}, row_to_json(raw, text), err)))
-            continue
         if text.__class__ is Plain:
             # a plain Parquet row comes as its values, valid as they stand (iter_file_rows(events=VALUES))
             seq, ts, typ, topic, part = text.key(raw)
             names, values = text.names, raw
         else:
-            ev, reason = validate(raw)
-            if ev is None:
+            got = _validated(raw, err)
+            if got[0] is None:            # unreadable or invalid: the bucket of what it names
                 if route:
-                    lo = loose(raw)
-                    b = loose_bucket(lo, n_buckets)
-                    buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), reason)))
+                    lo = {} if err is not None else loose(raw)
+                    b = 0 if err is not None else loose_bucket(lo, n_buckets)
+                    buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), got[1])))
                 continue
-            seq, ts, typ, topic, part = ev["seq"], ev["ts_ms"], ev["type"], ev["topic"], ev["partition"]
-            names, values = EVENT_COLUMNS, _event_values(ev)
+            seq, ts, typ, topic, part, names, values = got
         if min_seq is None or seq < min_seq:
             min_seq = seq
         if max_seq is None or seq > max_seq:
@@ -174,6 +168,17 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
 
 # a validated row's values, every event column (EVENT_COLUMNS order)
 _event_values = operator.itemgetter(*EVENT_COLUMNS)
+
+
+def _validated(raw, err) -> tuple:
+    """A row the reader did not find plain: (seq, ts_ms, type, topic, partition, EVENT_COLUMNS, its
+    event's values) when validate() accepts it, else (None, why not); err: the reader's parse error."""
+    if err is not None:
+        return None, err
+    ev, reason = validate(raw)
+    if ev is None:
+        return None, reason
+    return ev["seq"], ev["ts_ms"], ev["type"], ev["topic"], ev["partition"], EVENT_COLUMNS, _event_values(ev)
 
 
 def chunk_events(items: list) -> list:
@@ -266,29 +271,12 @@ def carry_after(files, carry: tuple[int, int], n_buckets: int, max_jump: int = 0
 def run_scan(files, carry, n_buckets, chunk_rows=CHUNK_ROWS, route=True, max_jump=0):
     out = []
     gen = scan(files, carry, n_buckets, chunk_rows, route, max_jump)
-    with gc_paused():
+    with replay_gc():         # as a read task's scan (IsrflowStreamReader.read)
         while True:
             try:
                 out.append(next(gen))
             except StopIteration as s:
                 return out, s.value
-
-
-@contextmanager
-def gc_paused():
-    """The scan's work between two of its output rows, without Python's automatic collections.
-    A chunk's items (tuples, one per row) are garbage only once packed, and then reference
-    counting frees them: no cycle to find. Left on, the collector walked them again and again (on
-    the bench's 1M-row stream at 1k partitions, ~2,500 young collections, 0.3-0.5 s of a ~3.2 s
-    scan, more in a Spark worker holding pandas and pyarrow). What the worker does with a row
-    between two calls runs with the collector as it was."""
-    on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if on:
-            gc.enable()
 
 
 # ----------------------------------------------------------------------------- carry files
@@ -419,7 +407,11 @@ class IsrflowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         keys = self.keys
         while True:
             try:
-                with gc_paused():
+                # the scan builds a tuple per row, which only reference counting needs to free: it
+                # works without automatic collections (with them, on the bench's 1M rows at 1k
+                # partitions, ~2,500 young collections, 0.3-0.5 s of a ~3 s scan, more in a worker
+                # holding pandas and pyarrow); the worker's code between two rows runs with them
+                with replay_gc():
                     row = next(gen)
             except StopIteration as s:
                 save_carry(self.carry_dir, partition.end, s.value)
