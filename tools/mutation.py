@@ -63,6 +63,8 @@ TIER = [
     "tests/test_cold.py",
     "tests/test_quarantine.py",
     "tests/test_schemas.py",
+    # schemas.events.plain_rows (the column-wise check of a Parquet batch) against validate()
+    "tests/test_plain_rows.py",
     "tests/test_properties.py",
     "tests/test_simulated_safety.py",
     "tests/test_scenarios.py",
