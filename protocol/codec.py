@@ -83,11 +83,12 @@ def _ap_request_in(x) -> AlterPartitionRequest:
 
 
 def _ap_response_in(x) -> AlterPartitionResponse:
-    pid, leader, err, state = x
+    # four fields in a state written before the request's broker epoch was kept with its answer
+    pid, leader, err, state, *epoch = x
     if state is not None:
         leader_, isr, lrs, le, pe = state
         state = LeaderAndIsr(leader_, tuple(isr), lrs, le, pe)
-    return AlterPartitionResponse(pid, leader, err, state)
+    return AlterPartitionResponse(pid, leader, err, state, *epoch)
 
 
 def partition_out(p: Partition) -> tuple:

@@ -112,6 +112,9 @@ class AlterPartitionResponse(NamedTuple):
     leader: int
     error: str | None
     state: LeaderAndIsr | None
+    # the broker epoch of the request it answers: the process whose AlterPartitionManager waits for
+    # it (-1: read from a state written before this field)
+    broker_epoch: int = -1
 
 
 class ElectionInfo(NamedTuple):

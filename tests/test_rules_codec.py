@@ -45,3 +45,14 @@ def test_roundtrip_every_event_with_requests_in_flight():
         assert canonical(a) == canonical(b), seed
         phases |= {r["phase"] for r in a.get("alter_partition", [])}
     assert {"PROPOSED", "ACCEPTED", "REJECTED", "APPLIED", "IGNORED"} <= phases, phases
+
+
+def test_an_alter_partition_answer_stored_before_its_broker_epoch_was_kept_reads_with_none():
+    """A state blob written before an AlterPartition answer kept its request's broker epoch holds
+    four fields; it reads with -1 (no process waits for it), a new one round-trips its epoch."""
+    from protocol.codec import _ap_response_in
+    from protocol.messages import AlterPartitionResponse, as_tuple
+    old = _ap_response_in((3, 1, "INVALID_UPDATE_VERSION", None))
+    assert old == AlterPartitionResponse(3, 1, "INVALID_UPDATE_VERSION", None, -1)
+    new = AlterPartitionResponse(4, 1, None, None, 101)
+    assert _ap_response_in(as_tuple(new)) == new

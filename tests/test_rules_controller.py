@@ -557,3 +557,41 @@ def test_unclean_elect_leaders_uses_the_aggressive_strategy_whatever_the_configu
     assert (r["new_leader"], r["election"]) == (2, "UNCLEAN")          # 2 has the longest log (4 vs 1)
     m = last(out, "metadata_log", seq=e)
     assert (m["isr"], m["leader_recovery_state"]) == ([2], "RECOVERING")
+
+
+def test_a22_a_reassignment_during_another_keeps_the_replicas_being_added():
+    """A22 #changePartitionReassignment sets the builder's removing and adding only when non-empty
+    (and the replicas only when they change): the current replicas of a running reassignment include
+    its adding ones, so a second reassignment that drops one of them marks it removing and keeps it
+    adding, and the cancel afterwards takes it out of the replicas."""
+    s = S().up(1, 3)
+    s.register(2)
+    s.create([1, 2])                             # ISR [1]: 2 is fenced
+    s.unfence(2)                                 # 2 unfenced, not yet in the ISR
+    first = s.reassign([1, 2, 3])                # adding [3]
+    second = s.reassign([1, 2])                  # removing [3], adding still [3]
+    cancel = s.reassign(None)
+    out = run_events(s.events)
+    assert admin_results(out)[second] == "NONE"
+    m = last(out, "metadata_log", seq=first)
+    assert (m["replicas"], m["adding"], m["removing"]) == ([1, 2, 3], [3], [])
+    m = last(out, "metadata_log", seq=second)
+    assert (m["replicas"], m["adding"], m["removing"]) == ([1, 2, 3], [3], [3])
+    m = last(out, "metadata_log", seq=cancel)
+    assert (m["replicas"], m["isr"], m["adding"], m["removing"]) == ([1, 2], [1], [], [])
+
+
+def test_a22_a_reassignment_to_the_current_replicas_changes_nothing():
+    """A22: reassigning to the replicas a running reassignment already lists sets no target: no
+    record, the reassignment goes on (the replica being added is not dropped before it caught up)."""
+    s = S().up(1, 3)
+    s.register(2)
+    s.create([1, 2])
+    s.unfence(2)
+    s.reassign([1, 2, 3])
+    again = s.reassign([1, 2, 3])
+    out = run_events(s.events)
+    assert admin_results(out)[again] == "NONE"
+    assert not rows(out, "metadata_log", seq=again)
+    p = part(out)
+    assert (p.replicas, p.adding, p.removing) == ([1, 2, 3], [3], [])

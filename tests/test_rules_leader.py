@@ -389,3 +389,73 @@ def test_a_leader_kept_at_a_new_leader_epoch_starts_it():
     assert [(x["leader_epoch"], x["base_offset"]) for x in rows(out, "produce", seq=p)] == [(1, 2)]
     rep = out["_cluster"].partitions[("t", 0)].reps[1]
     assert (rep.leader_epoch, rep.log.cache) == (1, [(0, 0), (1, 2)])
+
+
+def test_b9_a_proposal_while_the_brokers_request_is_unanswered_is_not_attempted():
+    """B9/B10 PartitionTest#testAlterIsrLeaderAndIsrRace: the AlterPartitionManager holds one item
+    per partition until the broker handles its answer. A metadata update resets the leader's pending
+    shrink while its request waits; the next check's shrink fails at once with
+    OPERATION_NOT_ATTEMPTED and rolls back (no second request); once the old answer is handled, the
+    shrink goes out."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.produce(1, 1)
+    s.fetch(3)
+    s.fetch(3)
+    s.at(30_031)
+    s.tick(1)                                    # 2 lags: shrink to [1, 3] proposed, request waits
+    s.fence(3)                                   # ISR [1, 2] (partition epoch 1): the pending shrink is reset
+    again = s.tick(1)                            # shrink to [1] while the first request is unanswered
+    arrive = s.ap_arrive()                       # the first request: INVALID_UPDATE_VERSION
+    answer = s.ap_response()                     # the broker handles it: the item leaves the manager
+    retry = s.tick(1)
+    s.ap_arrive()
+    out = run_events(s.events, {"delivery.alter_partition": "explicit", "isr.expiration.interval.ms": 0})
+    got = [(r["seq"], r["phase"], r["error"], r["proposed_isr"]) for r in rows(out, "alter_partition")
+           if r["seq"] >= again]
+    assert got[0] == (again, "ROLLED_BACK", "OPERATION_NOT_ATTEMPTED", [1])
+    assert (arrive, "REJECTED", "INVALID_UPDATE_VERSION", [1, 3]) in got
+    assert [g for g in got if g[0] == answer][0][1] == "IGNORED"
+    assert (retry, "PROPOSED", None, [1]) in got
+    assert out["_cluster"].partitions[("t", 0)].isr == [1]
+    # the rolled-back check sent nothing: one request for the first shrink, one for the retry
+    assert len([r for r in rows(out, "alter_partition") if r["phase"] == "PROPOSED"]) == 2
+
+
+def test_b9_a_restarted_brokers_manager_starts_empty():
+    """B9: the requests of a broker's earlier process do not hold its restarted process back."""
+    from protocol.broker.leader import _submit_in_flight
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.produce(1, 1)
+    s.fetch(3)
+    s.fetch(3)
+    s.at(30_031)
+    s.tick(1)                                    # 2 lags: a shrink's request waits
+    out = run_events(s.events, {"delivery.alter_partition": "explicit", "isr.expiration.interval.ms": 0},
+                     finish=False)
+    p = out["_cluster"].partitions[("t", 0)]
+    assert p.ap_requests and _submit_in_flight(p, 1) and not _submit_in_flight(p, 2)
+    p.cl.brokers[1].proc_epoch += 100            # a new process of broker 1
+    assert not _submit_in_flight(p, 1)
+
+
+def test_b3_a_fenced_followers_fetch_is_not_checked_for_a_stale_broker_epoch():
+    """B3: the leader's cache gives a broker epoch for an alive (unfenced) broker only
+    (KRaftMetadataCache#getAliveBrokerEpoch), so a fenced follower's fetch with its old epoch is
+    served; once it is unfenced under the new epoch, the old epoch is refused."""
+    s = S().up(1, 2)
+    s.create([1, 2])
+    s.produce(1, 10)
+    s.fetch(2)
+    s.crash(2)
+    s.fence(2)
+    s.register(2)                                # epoch 202, fenced
+    served = s.fetch(2, broker_epoch=102)
+    s.unfence(2)
+    refused = s.fetch(2, broker_epoch=102)
+    out = run_events(s.events)
+    # served (its epoch differs from the model's: a drift row, no error)
+    assert [r["result"] for r in rows(out, "fetch", seq=served)] == ["DRIFT"]
+    assert out["_cluster"].partitions[("t", 0)].reps[2].log.hwm == 10
+    assert last(out, "fetch", seq=refused)["result"] == "NOT_LEADER_OR_FOLLOWER"

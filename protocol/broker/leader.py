@@ -183,11 +183,36 @@ def expire_produces(p: Partition, rep: Replica, t: int) -> None:
 
 # ---------------------------------------------------------------- ISR changes (B1, B7-B10)
 def propose(p, rep: Replica, change: str, proposed: tuple) -> None:
-    """B9: submit AlterPartition; the maximal ISR follows from the pending state (B1)."""
+    """B9: submit AlterPartition; the maximal ISR follows from the pending state (B1). While this
+    broker's process still waits for the answer to an earlier request for the partition (a
+    metadata update reset the leader's pending state meanwhile), AlterPartitionManager#submit
+    fails the new one at once with OPERATION_NOT_ATTEMPTED, and Partition#handleAlterPartitionError
+    reverts to the committed state (B10): nothing is sent, the next check tries again
+    (PartitionTest#testAlterIsrLeaderAndIsrRace)."""
+    if _submit_in_flight(p, rep.broker):
+        st = rep.isr_state
+        p.emit("alter_partition", {"leader": rep.broker, "leader_epoch": rep.leader_epoch,
+                                   "partition_epoch": rep.partition_epoch, "change": change,
+                                   "proposed_isr": list(proposed), "maximal_isr": list(st.maximal_isr),
+                                   "phase": "ROLLED_BACK", "error": "OPERATION_NOT_ATTEMPTED"})
+        return
     pid = p.next_pid
     p.next_pid += 1
     rep.isr_state = pending_isr(change, rep.isr_state.isr, proposed, pid)
     send_alter_partition(p, rep)
+
+
+def _submit_in_flight(p, b: int) -> bool:
+    """B9: broker b's AlterPartitionManager holds an item for the partition: a request of b's current
+    process (its broker epoch) that the controller has not answered, or whose answer b has not
+    handled yet (the manager removes the item when it handles the answer). A restarted broker's
+    manager starts empty: the requests of its earlier process do not count."""
+    if not (p.ap_requests or p.ap_responses):
+        return False
+    br = p.cl.brokers.get(b)
+    epoch = br.proc_epoch if br is not None else -1
+    return any(m.leader == b and m.broker_epoch == epoch for m in p.ap_requests) or any(
+        m.leader == b and m.broker_epoch == epoch for m in p.ap_responses)
 
 
 def send_alter_partition(p, rep: Replica) -> None:
@@ -390,11 +415,13 @@ def check_fetch_position(llog: ReplicaLog, lfe: int | None, off: int):
 
 
 def fetcher_epoch_stale(p: Partition, leader: int, b: int, bepoch: Any) -> bool:
-    """B3: the fetch carries a broker epoch older than the leader's metadata cache has for b."""
+    """B3: the fetch carries a broker epoch older than the leader's metadata cache has for b. The
+    cache answers for an alive broker only (KRaftMetadataCache#getAliveBrokerEpoch: none while b
+    is fenced), so a fenced b's fetch is not checked."""
     if bepoch is None or bepoch == NO_BROKER_EPOCH:
         return False
     reg = p.cl.view_of(leader).get(b)
-    return reg is not None and reg.epoch > bepoch
+    return reg is not None and not reg.fenced and reg.epoch > bepoch
 
 
 def update_follower_state(p: Partition, fs: FollowerState, off: int, leader_leo: int, bepoch: Any) -> bool:

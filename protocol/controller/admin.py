@@ -61,9 +61,14 @@ def reassign(p, target) -> None:
     cur = list(p.replicas)
     removing = sorted(set(cur) - set(target))
     adding = sorted(set(target) - set(cur))
+    replicas = target + removing
     admin("NONE")
-    change(p, "Reassign", f"reassignment to {target}", target_replicas=target + removing,
-           target_adding=adding, target_removing=removing, election=p.conf.election)
+    # #changePartitionReassignment sets a target only where it says something: the replicas when
+    # they differ, removing and adding when non-empty; the builder keeps the partition's own
+    # otherwise. So a reassignment made while another runs keeps the replicas still being added
+    # (and a cancel later removes them), and one to the current replicas writes no record.
+    change(p, "Reassign", f"reassignment to {target}", target_replicas=replicas if replicas != cur else None,
+           target_adding=adding or None, target_removing=removing or None, election=p.conf.election)
 
 
 def _cancel_reassignment(p, admin) -> None:

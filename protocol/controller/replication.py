@@ -132,7 +132,7 @@ def handle_alter_partition(p, req: AlterPartitionRequest) -> AlterPartitionRespo
            "change": req.change, "proposed_isr": ids, "maximal_isr": None}
     if err is not None:
         p.emit("alter_partition", dict(row, phase="REJECTED", error=err))
-        return AlterPartitionResponse(req.pid, req.leader, err, None)
+        return AlterPartitionResponse(req.pid, req.leader, err, None, req.broker_epoch)
     rec, info = build(p, target_isr=ids, target_lrs=req.lrs, election=p.conf.election)
     if rec is not None:
         if rec.get("leader", NO_CHANGE) not in (NO_CHANGE, req.leader):
@@ -145,7 +145,8 @@ def handle_alter_partition(p, req: AlterPartitionRequest) -> AlterPartitionRespo
     else:
         p.emit("alter_partition", dict(row, phase="ACCEPTED", error=None))
     return AlterPartitionResponse(req.pid, req.leader, err, LeaderAndIsr(p.leader, tuple(p.isr), p.lrs,
-                                                                          p.leader_epoch, p.partition_epoch))
+                                                                          p.leader_epoch, p.partition_epoch),
+                                  req.broker_epoch)
 
 
 def validate_alter_partition(p, req: AlterPartitionRequest) -> str | None:
