@@ -407,6 +407,7 @@ def test_b9_a_proposal_while_the_brokers_request_is_unanswered_is_not_attempted(
     s.fence(3)                                   # ISR [1, 2] (partition epoch 1): the pending shrink is reset
     again = s.tick(1)                            # shrink to [1] while the first request is unanswered
     arrive = s.ap_arrive()                       # the first request: INVALID_UPDATE_VERSION
+    waiting = s.tick(1)                          # its answer not handled yet: still not attempted
     answer = s.ap_response()                     # the broker handles it: the item leaves the manager
     retry = s.tick(1)
     s.ap_arrive()
@@ -414,6 +415,7 @@ def test_b9_a_proposal_while_the_brokers_request_is_unanswered_is_not_attempted(
     got = [(r["seq"], r["phase"], r["error"], r["proposed_isr"]) for r in rows(out, "alter_partition")
            if r["seq"] >= again]
     assert got[0] == (again, "ROLLED_BACK", "OPERATION_NOT_ATTEMPTED", [1])
+    assert (waiting, "ROLLED_BACK", "OPERATION_NOT_ATTEMPTED", [1]) in got
     assert (arrive, "REJECTED", "INVALID_UPDATE_VERSION", [1, 3]) in got
     assert [g for g in got if g[0] == answer][0][1] == "IGNORED"
     assert (retry, "PROPOSED", None, [1]) in got
@@ -437,6 +439,15 @@ def test_b9_a_restarted_brokers_manager_starts_empty():
     p = out["_cluster"].partitions[("t", 0)]
     assert p.ap_requests and _submit_in_flight(p, 1) and not _submit_in_flight(p, 2)
     p.cl.brokers[1].proc_epoch += 100            # a new process of broker 1
+    assert not _submit_in_flight(p, 1)
+    # the controller answered, the broker has not handled the answer: the same, for the answer
+    s.ap_arrive()
+    out = run_events(s.events, {"delivery.alter_partition": "explicit", "isr.expiration.interval.ms": 0},
+                     finish=False)
+    p = out["_cluster"].partitions[("t", 0)]
+    assert not p.ap_requests and p.ap_responses
+    assert _submit_in_flight(p, 1) and not _submit_in_flight(p, 2)
+    p.cl.brokers[1].proc_epoch += 100
     assert not _submit_in_flight(p, 1)
 
 
