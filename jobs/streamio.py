@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from protocol.cluster import Foreign
@@ -238,7 +239,6 @@ def _strings(a) -> list:
     topic repeat row after row, and one shared object is made once (faster than a new object per
     row), pickles once per chunk (the Spark source), and compares with the core's stored partition
     key by identity. Invalid UTF-8 raises, as to_pylist does."""
-    import pyarrow.compute as pc
     d = a.dictionary_encode()
     values = [None if s is None else sys.intern(s) for s in d.dictionary.to_pylist()]
     idx = d.indices

@@ -391,18 +391,25 @@ def test_a_leader_kept_at_a_new_leader_epoch_starts_it():
     assert (rep.leader_epoch, rep.log.cache) == (1, [(0, 0), (1, 2)])
 
 
-def test_b9_a_proposal_while_the_brokers_request_is_unanswered_is_not_attempted():
-    """B9/B10 PartitionTest#testAlterIsrLeaderAndIsrRace: the AlterPartitionManager holds one item
-    per partition until the broker handles its answer. A metadata update resets the leader's pending
-    shrink while its request waits; the next check's shrink fails at once with
-    OPERATION_NOT_ATTEMPTED and rolls back (no second request); once the old answer is handled, the
-    shrink goes out."""
+def _shrink_proposed():
+    """Partition t-0 [1, 2, 3] led by 1; at t=30,031 broker 2 lags (3 fetched, 2 never): the next
+    check of broker 1 proposes a shrink to [1, 3]."""
     s = S().up(1, 2, 3)
     s.create([1, 2, 3])
     s.produce(1, 1)
     s.fetch(3)
     s.fetch(3)
     s.at(30_031)
+    return s
+
+
+def test_b9_a_proposal_while_the_brokers_request_is_unanswered_is_not_attempted():
+    """B9/B10 PartitionTest#testAlterIsrLeaderAndIsrRace: the AlterPartitionManager holds one item
+    per partition until the broker handles its answer. A metadata update resets the leader's pending
+    shrink while its request waits; the next check's shrink fails at once with
+    OPERATION_NOT_ATTEMPTED and rolls back (no second request); once the old answer is handled, the
+    shrink goes out."""
+    s = _shrink_proposed()
     s.tick(1)                                    # 2 lags: shrink to [1, 3] proposed, request waits
     s.fence(3)                                   # ISR [1, 2] (partition epoch 1): the pending shrink is reset
     again = s.tick(1)                            # shrink to [1] while the first request is unanswered
@@ -427,12 +434,7 @@ def test_b9_a_proposal_while_the_brokers_request_is_unanswered_is_not_attempted(
 def test_b9_a_restarted_brokers_manager_starts_empty():
     """B9: the requests of a broker's earlier process do not hold its restarted process back."""
     from protocol.broker.leader import _submit_in_flight
-    s = S().up(1, 2, 3)
-    s.create([1, 2, 3])
-    s.produce(1, 1)
-    s.fetch(3)
-    s.fetch(3)
-    s.at(30_031)
+    s = _shrink_proposed()
     s.tick(1)                                    # 2 lags: a shrink's request waits
     out = run_events(s.events, {"delivery.alter_partition": "explicit", "isr.expiration.interval.ms": 0},
                      finish=False)

@@ -190,11 +190,7 @@ def propose(p, rep: Replica, change: str, proposed: tuple) -> None:
     reverts to the committed state (B10): nothing is sent, the next check tries again
     (PartitionTest#testAlterIsrLeaderAndIsrRace)."""
     if _submit_in_flight(p, rep.broker):
-        st = rep.isr_state
-        p.emit("alter_partition", {"leader": rep.broker, "leader_epoch": rep.leader_epoch,
-                                   "partition_epoch": rep.partition_epoch, "change": change,
-                                   "proposed_isr": list(proposed), "maximal_isr": list(st.maximal_isr),
-                                   "phase": "ROLLED_BACK", "error": "OPERATION_NOT_ATTEMPTED"})
+        _emit_proposal(p, rep, change, proposed, rep.isr_state.maximal_isr, "ROLLED_BACK", "OPERATION_NOT_ATTEMPTED")
         return
     pid = p.next_pid
     p.next_pid += 1
@@ -215,6 +211,15 @@ def _submit_in_flight(p, b: int) -> bool:
         m.leader == b and m.broker_epoch == epoch for m in p.ap_responses)
 
 
+def _emit_proposal(p, rep: Replica, change: str, proposed, maximal, phase: str, error) -> None:
+    """The leader's `alter_partition` row for a proposal: sent (PROPOSED) or refused by its own
+    AlterPartitionManager (ROLLED_BACK)."""
+    p.emit("alter_partition", {"leader": rep.broker, "leader_epoch": rep.leader_epoch,
+                               "partition_epoch": rep.partition_epoch, "change": change,
+                               "proposed_isr": list(proposed), "maximal_isr": list(maximal),
+                               "phase": phase, "error": error})
+
+
 def send_alter_partition(p, rep: Replica) -> None:
     """(Re)send the pending proposal through the AlterPartition channel."""
     st = rep.isr_state
@@ -229,10 +234,7 @@ def send_alter_partition(p, rep: Replica) -> None:
             new_isr.append(IsrMember(r, fs.broker_epoch if fs is not None and fs.broker_epoch is not None else -1))
     req = AlterPartitionRequest(st.pid, rep.broker, own, rep.leader_epoch, rep.partition_epoch, RECOVERED,
                                 tuple(new_isr), st.change)
-    p.emit("alter_partition", {"leader": rep.broker, "leader_epoch": rep.leader_epoch,
-                               "partition_epoch": rep.partition_epoch, "change": st.change,
-                               "proposed_isr": list(st.proposed), "maximal_isr": list(st.maximal_isr),
-                               "phase": "PROPOSED", "error": None})
+    _emit_proposal(p, rep, st.change, st.proposed, st.maximal_isr, "PROPOSED", None)
     p.channels.send_alter_partition(p, req)
 
 
