@@ -440,3 +440,19 @@ def test_data_rows_from_a_broker_that_never_registered_are_rejected():
         (f, f"Fetch row seq {f}: broker 9 has never registered (BrokerRegister must come first)"),
         (pr, f"Produce row seq {pr}: broker 9 has never registered (BrokerRegister must come first)")]
     assert not out.get("fetch") and not out.get("produce") and not out.get("hwm")
+
+
+def test_the_time_jump_limit_is_checked_where_the_cluster_sees_the_whole_stream():
+    """input.max.time.jump.ms is a check of the whole stream: a replay's cluster and a parallel
+    replay's worker (fed every row) check it; a Spark bucket (only its partitions' rows, the source
+    having checked the stream) does not."""
+    cfg = EngineConfig({"input.max.time.jump.ms": "1000"})
+    owns = lambda key: True                      # noqa: E731 - a bucket or worker that owns t-0
+    assert Cluster(cfg).max_jump == 1000
+    assert Cluster(cfg, owns=owns, sees_all=True).max_jump == 1000
+    assert Cluster(cfg, emit_global=False, owns=owns).max_jump == 0
+    s = S().up(1)
+    s.at(5000)
+    late = s.create([1])
+    out = run_events(s.events, {"input.max.time.jump.ms": "1000"})
+    assert [r["seq"] for r in rows(out, "rejected")] == [late]
