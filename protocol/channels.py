@@ -13,6 +13,7 @@ from __future__ import annotations
 from .broker import leader as _leader
 from .broker.metadata_cache import apply_metadata
 from .controller.replication import handle_alter_partition, snapshot
+from .messages import grown
 
 
 # ---------------------------------------------------------------- metadata
@@ -26,7 +27,7 @@ def publish(p) -> None:
             if br is not None and br.alive:
                 apply_metadata(p, b, snap, p.cur_seq)
     else:
-        p.md_history.append((p.cur_seq, snap))
+        p.md_history = grown(p.md_history, (p.cur_seq, snap))
 
 
 def apply_current(p, b: int) -> None:
@@ -65,7 +66,7 @@ def _prune_history(p) -> None:
 
 # ---------------------------------------------------------------- AlterPartition
 def send_alter_partition(p, req) -> None:
-    p.ap_requests.append(req)
+    p.ap_requests = grown(p.ap_requests, req)
     if p.cl.config.ap_immediate:
         deliver_alter_partition_request(p)
         deliver_alter_partition_response(p)
@@ -74,7 +75,7 @@ def send_alter_partition(p, req) -> None:
 def deliver_alter_partition_request(p) -> None:
     """A19/A20: the controller handles the oldest undelivered AlterPartition (none waiting: nothing)."""
     if p.ap_requests:
-        p.ap_responses.append(handle_alter_partition(p, p.ap_requests.pop(0)))
+        p.ap_responses = grown(p.ap_responses, handle_alter_partition(p, p.ap_requests.pop(0)))
 
 
 def deliver_alter_partition_response(p) -> None:

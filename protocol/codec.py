@@ -34,7 +34,7 @@ from .cold import ColdPartitions
 from .config import EngineConfig
 from .invariants import Invariants
 from .log import ReplicaLog
-from .messages import (AlterPartitionRequest, AlterPartitionResponse, BrokerReg, IsrMember, LeaderAndIsr,
+from .messages import (EMPTY, AlterPartitionRequest, AlterPartitionResponse, BrokerReg, IsrMember, LeaderAndIsr,
                        RegistrationSnapshot, RegLogEntry, as_tuple)
 from .partition import Partition
 from .registry import Broker
@@ -72,7 +72,7 @@ def _rep_in(t) -> Replica:
     r.isr_state = (pending_isr(pend[0], committed, tuple(pend[1]), pend[2]) if pend is not None
                    else CommittedIsr(committed))
     r.followers = {k: FollowerState(*v) for k, v in fol.items()}
-    r.purgatory = [Produce(*x) for x in purg]
+    r.purgatory = [Produce(*x) for x in purg] if purg else EMPTY
     return r
 
 
@@ -103,14 +103,17 @@ def partition_out(p: Partition) -> tuple:
 def partition_in(cl: Cluster, t) -> Partition:
     p = Partition(cl, t[0], t[1])
     (p.replicas, p.isr, p.elr, p.lke, p.leader, p.leader_epoch, p.partition_epoch, p.lrs, p.adding, p.removing,
-     p.config) = (list(t[2]), list(t[3]), list(t[4]), list(t[5]), t[6], t[7], t[8], t[9], list(t[10]),
-                  list(t[11]), dict(t[12]))
+     p.config) = (list(t[2]), list(t[3]), _ids_in(t[4]), _ids_in(t[5]), t[6], t[7], t[8], t[9], _ids_in(t[10]),
+                  _ids_in(t[11]), dict(t[12]))
     for rt in t[13]:
         r = _rep_in(rt)
         p.reps[r.broker] = r
-    p.md_history = [(s, _snapshot_in(snap)) for s, snap in t[14]]
-    p.ap_requests = [_ap_request_in(x) for x in t[15]]
-    p.ap_responses = [_ap_response_in(x) for x in t[16]]
+    if t[14]:
+        p.md_history = [(s, _snapshot_in(snap)) for s, snap in t[14]]
+    if t[15]:
+        p.ap_requests = [_ap_request_in(x) for x in t[15]]
+    if t[16]:
+        p.ap_responses = [_ap_response_in(x) for x in t[16]]
     p.next_pid = t[17]
     p.retry = tuple(t[18]) if t[18] is not None else None
     p.tdone, p.last_seq, p.cur_seq, p.now, p.idx = t[19:24]
@@ -119,6 +122,11 @@ def partition_in(cl: Cluster, t) -> Partition:
     p.unclean = dict(t[25])
     p.refresh_conf()
     return p
+
+
+def _ids_in(ids) -> list[int]:
+    """A stored broker-id list, or the shared EMPTY (messages.py) when it has none."""
+    return list(ids) if ids else EMPTY
 
 
 def _snapshot_in(snap) -> RegistrationSnapshot:
@@ -243,7 +251,7 @@ def thaw(cl: Cluster, key: tuple) -> Partition:
     by_broker = cl.by_broker
     for b in hosts:
         by_broker[b].add(key)
-    p.indexed = set(hosts)
+    p.indexed = tuple(hosts)
     return p
 
 

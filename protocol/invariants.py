@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .config import effective_min_isr
 from .log import first_mismatch, runs_prefix
-from .messages import LEADER
+from .messages import EMPTY, EMPTY_SET, LEADER, grown_set
 from .replica import Produce, Replica
 
 if TYPE_CHECKING:
@@ -28,12 +28,14 @@ class Invariants:
     def __init__(self) -> None:
         self.committed: list = []      # record identities below the true HWM
         self.committed_end = 0         # the true HWM
-        self.consumed: list = []       # what consumers have read
+        self.consumed: list = EMPTY    # what consumers have read (replaced whole, never grown)
         self.consumed_end = 0
         self.acked: dict = {}          # (epoch, incarnation) -> [[start, end), ...] acknowledged acks=all
         self.dirty = False
-        self.changed: set = set()      # brokers whose log shrank or was replaced in this event
-        self.reported: set = set()
+        # brokers whose log shrank or was replaced in this event, and the violations reported so
+        # far (once each): the shared EMPTY_SET until the first (messages.grown_set)
+        self.changed: set = EMPTY_SET
+        self.reported: set = EMPTY_SET
         self.last_le = -1
         self.last_pe = -1
         self.lost_acked = 0
@@ -57,7 +59,7 @@ class Invariants:
                                f"from {end} to {m}")
                 self.committed = runs_prefix(log.runs, hw)
                 self.committed_end = hw
-                self.changed.add(rep.broker)     # LogMatching against the others at the event's end
+                self.changed = grown_set(self.changed, rep.broker)   # LogMatching against the others at the event's end
                 self.dirty = True
                 return
         if hw > end:
@@ -65,7 +67,7 @@ class Invariants:
             self.committed_end = hw
 
     def on_log_change(self, p, rep) -> None:
-        self.changed.add(rep.broker)
+        self.changed = grown_set(self.changed, rep.broker)
         self.dirty = True
 
     def on_snapshot(self, p, rep, hwm: int) -> None:
@@ -128,13 +130,21 @@ class Invariants:
                 self.violation(p, "ElrInvariants", "; ".join(bad))
         self.dirty = True
 
+    def _first_report(self, key: tuple) -> bool:
+        """True the first time a violation `key` is reported (each is reported once)."""
+        if key in self.reported:
+            return False
+        self.reported = grown_set(self.reported, key)
+        return True
+
     # -------------------------------------------------------------- end of event
     def after_event(self, p: Partition) -> None:
         if not self.dirty:
             return
         self.dirty = False
         changed = self.changed
-        self.changed = set()
+        if changed:
+            self.changed = EMPTY_SET
         brokers = p.cl.brokers
         leader = p.leader
         lrep = p.reps.get(leader) if leader >= 0 else None
@@ -148,7 +158,7 @@ class Invariants:
         if changed:
             self._logs_match(p, changed)
         if len(self.reported) > 4096:
-            self.reported.clear()
+            self.reported = EMPTY_SET
 
     def _candidates_complete(self, p, brokers) -> None:
         """LeaderCandidateCompleteness: no running ISR/ELR member is shorter than the true HWM."""
@@ -162,8 +172,7 @@ class Invariants:
                 continue
             if rep.log.leo < end:
                 key = ("LCC", r, p.partition_epoch, rep.log.leo)
-                if key not in self.reported:
-                    self.reported.add(key)
+                if self._first_report(key):
                     where = "ISR" if r in p.isr else "ELR"
                     self.violation(p, "LeaderCandidateCompleteness",
                                    f"replica {r} is in the {where} with LEO {rep.log.leo} below the true HWM {end}")
@@ -175,8 +184,7 @@ class Invariants:
         need = set(p.isr) | set(p.elr)
         if not need <= set(lrep.maximal_isr):
             key = ("RQS", p.partition_epoch, tuple(lrep.maximal_isr))
-            if key not in self.reported:
-                self.reported.add(key)
+            if self._first_report(key):
                 self.violation(p, "ReplicationQuorumSuperset",
                                f"controller ISR {p.isr} + ELR {p.elr} is not within leader {p.leader}'s maximal "
                                f"ISR {list(lrep.maximal_isr)}")
@@ -191,8 +199,7 @@ class Invariants:
             where = "leader" if r == leader else "ISR" if r in p.isr else "ELR" if r in p.elr else None
             if where:
                 key = ("UE", r, since)
-                if key not in self.reported:
-                    self.reported.add(key)
+                if self._first_report(key):
                     self.violation(p, "UncleanExclusion",
                                    f"replica {r} restarted after an unclean shutdown and is {where} "
                                    f"(partition epoch {p.partition_epoch}) without having caught up")
@@ -213,8 +220,7 @@ class Invariants:
                 m = first_mismatch(a.log.runs, a.log.leo, o.log.runs, o.log.leo, upto)
                 if m is not None:
                     key = ("LM", min(b, c), max(b, c), m)
-                    if key not in self.reported:
-                        self.reported.add(key)
+                    if self._first_report(key):
                         self.violation(p, "LogMatching",
                                        f"replicas {b} and {c} differ at offset {m} below both HWMs "
                                        f"({a.log.hwm}, {o.log.hwm}): {_fmt(a.log.identity_at(m))} vs "
@@ -281,11 +287,13 @@ class Invariants:
         inv = cls()
         inv.committed = [tuple(x) for x in t[0]]
         inv.committed_end = t[1]
-        inv.consumed = [tuple(x) for x in t[2]]
+        if t[2]:
+            inv.consumed = [tuple(x) for x in t[2]]
         inv.consumed_end = t[3]
         inv.acked = {tuple(k): [list(r) for r in v] for k, v in t[4].items()}
         inv.last_le, inv.last_pe, inv.lost_acked = t[5], t[6], t[7]
-        inv.reported = {tuple(x) for x in t[8]}
+        if t[8]:
+            inv.reported = {tuple(x) for x in t[8]}
         return inv
 
 

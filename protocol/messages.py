@@ -15,6 +15,33 @@ NO_CHANGE = -2
 # a broker epoch a request does not carry (Kafka's default -1 in a fetch's ReplicaState and an
 # AlterPartition's BrokerState): never checked against the cached epoch (B3, B5, A19)
 NO_BROKER_EPOCH = -1
+# The one empty list and empty set that every partition's almost-always-empty containers start as
+# and fall back to (the ELR, the reassignment lists, the channels' queues, a replica's purgatory,
+# the invariants' consumer record and report keys): at 100k partitions each was ~100k objects of
+# 56-216 bytes that every young collection walked once and that spread the partitions' state over
+# more cache lines (docs/core-speed.md). They are shared, so nothing grows them in place: a holder
+# gives itself a container of its own when it adds the first item (`grown`, `grown_set`), and
+# Cluster.drain checks after every batch that both are still empty.
+EMPTY: list = []
+EMPTY_SET: set = set()
+
+
+def grown(xs: list, item) -> list:
+    """xs with item appended: in place, or a new list when xs is the shared EMPTY."""
+    if xs:
+        xs.append(item)
+        return xs
+    return [item]
+
+
+def grown_set(xs: set, item) -> set:
+    """xs with item added: in place, or a new set when xs is the shared EMPTY_SET."""
+    if xs:
+        xs.add(item)
+        return xs
+    return {item}
+
+
 RECOVERED = "RECOVERED"
 RECOVERING = "RECOVERING"
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from . import channels as _channels
 from .broker.leader import ROLLBACK_ERRORS, STAY_PENDING_ERRORS, leader_isr_order  # noqa: F401 (re-export)
 from .config import TopicConf
-from .messages import (NO_CHANGE, NO_LEADER, ONLINE, PREFERRED, RECOVERED, RECOVERING,  # noqa: F401
+from .messages import (EMPTY, NO_CHANGE, NO_LEADER, ONLINE, PREFERRED, RECOVERED, RECOVERING,  # noqa: F401
                        UNCLEAN, RegistrationSnapshot)
 from .replica import Replica
 from .timers import set_t_next as _set_t_next
@@ -55,23 +55,26 @@ class Partition:
         self.key = (topic, partition)
         self.replicas: list[int] = []
         self.isr: list[int] = []
-        self.elr: list[int] = []
-        self.lke: list[int] = []            # last known ELR
+        # the lists below that are almost always empty start as the shared EMPTY (messages.py):
+        # registrations replace them whole (controller.replication), the channels grow theirs
+        # with messages.grown
+        self.elr: list[int] = EMPTY
+        self.lke: list[int] = EMPTY            # last known ELR
         self.leader = NO_LEADER
         self.leader_epoch = 0
         self.partition_epoch = 0
         self.lrs = RECOVERED                # leader recovery state
-        self.adding: list[int] = []
-        self.removing: list[int] = []
+        self.adding: list[int] = EMPTY
+        self.removing: list[int] = EMPTY
         self.config: dict[str, str] = {}       # partition-level overrides
         self.conf: TopicConf = cluster.config.topic_conf()
         self.reps: dict[int, Replica] = {}
-        self.md_history: list[tuple[int, RegistrationSnapshot]] = []   # committed registrations (seq, snapshot)
+        self.md_history: list[tuple[int, RegistrationSnapshot]] = EMPTY   # committed registrations (seq, snapshot)
         # in-flight AlterPartition requests / answers (explicit delivery), oldest first. Lists, not
-        # deques: almost always empty, and an empty deque takes 760 bytes, an empty list 56 (with
-        # ~70 objects of ~7 KB a partition, the deques were a fifth of it)
-        self.ap_requests: list = []
-        self.ap_responses: list = []
+        # deques: almost always empty, and an empty deque takes 760 bytes (with ~70 objects of ~7 KB
+        # a partition, the deques were a fifth of it); the shared EMPTY until the first
+        self.ap_requests: list = EMPTY
+        self.ap_responses: list = EMPTY
         self.next_pid = 1
         self.retry: Any = None            # (leader, pid) to resubmit at the next event (immediate mode)
         self.tdone = 0
@@ -83,7 +86,7 @@ class Partition:
         self.idx = 0
         self.inv: Any = None
         self.unclean: dict[int, int] = {}
-        self.indexed: set[int] = set()
+        self.indexed: tuple[int, ...] = ()
 
     def emit(self, table: str, row: dict) -> None:
         row["topic"] = self.topic

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from .log import ReplicaLog
-from .messages import FOLLOWER, LEADER
+from .messages import EMPTY, FOLLOWER, LEADER
 
 __all__ = ["LEADER", "FOLLOWER", "FollowerState", "CommittedIsr", "PendingExpandIsr", "PendingShrinkIsr",
            "Pending", "Produce", "Replica"]
@@ -141,7 +141,7 @@ class Replica:
         self.leso: Any = None
         self.isr_state: Any = _NO_ISR
         self.followers: dict[int, FollowerState] = {}
-        self.purgatory: list[Produce] = []
+        self.purgatory: list[Produce] = EMPTY     # parked acks=all produces (messages.grown)
 
     @property
     def is_leader(self) -> bool:

@@ -8,6 +8,7 @@ from protocol.codec import CodecError, decode, decode_cluster, encode, encode_cl
 from protocol.config import EngineConfig
 from tests.engine_util import canonical, rows, run_events
 from tests.gen import random_schedule
+from tests.streams import S
 
 SCEN = Path(__file__).resolve().parent / "scenarios"
 
@@ -154,3 +155,64 @@ def test_a_truncated_or_damaged_blob_is_a_codec_error():
                 decode_cluster(bad, cfg)
             with pytest.raises(CodecError, match="truncated or corrupt"):
                 decode(bad)
+
+
+# ---------------------------------------------------------------- the shared empty containers
+def _shares_empties(p) -> list[str]:
+    """The names of p's almost-always-empty containers that are the shared ones (messages.EMPTY)."""
+    from protocol.messages import EMPTY, EMPTY_SET
+    held = {"elr": p.elr, "last_known_elr": p.lke, "adding": p.adding, "removing": p.removing,
+            "md_history": p.md_history, "ap_requests": p.ap_requests, "ap_responses": p.ap_responses,
+            "consumed": p.inv.consumed, "changed": p.inv.changed, "reported": p.inv.reported,
+            **{f"purgatory of {b}": r.purgatory for b, r in p.reps.items()}}
+    return sorted(k for k, v in held.items() if v is EMPTY or v is EMPTY_SET)
+
+
+def test_empty_containers_are_shared_and_grown_into_lists_of_their_own():
+    """A new partition holds no empty list of its own (one shared EMPTY: ~12 objects fewer per
+    partition); the first item gives the holder its own list, and the shared ones stay empty
+    through a schedule that grows every kind (ELR, reassignment, explicit delivery, acks=all,
+    consumer reads, violations) and through the state's round trip."""
+    from protocol.messages import EMPTY, EMPTY_SET
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    out = run_events(s.events, finish=False)
+    p = out["_cluster"].partitions[("t", 0)]
+    assert _shares_empties(p) == ["adding", "ap_requests", "ap_responses", "changed", "consumed", "elr",
+                                  "last_known_elr", "md_history", "purgatory of 1", "purgatory of 2",
+                                  "purgatory of 3", "removing", "reported"]
+    cfg = {"min.insync.replicas": "2", "eligible.leader.replicas.enable": "true",
+           "delivery.metadata": "explicit", "delivery.alter_partition": "explicit"}
+    grew = set()
+    # seed 20 has a consumer read, seed 27 three violations (reported once each)
+    for seed in (20, 27):
+        events = random_schedule(seed, 1500, explicit_ap=True, explicit_md=True, max_unclean=3)
+        cl = run_events(events, cfg, finish=False)["_cluster"]
+        assert EMPTY == [] and EMPTY_SET == set()
+        grew |= {k for p in cl.partitions.values() for k in ("elr", "md_history", "ap_requests", "consumed", "reported")
+                 if k not in _shares_empties(p)}
+        again = decode_cluster(encode_cluster(cl), EngineConfig(cfg))
+        assert again.partition_state_rows() == cl.partition_state_rows()
+        for key, p in again.partitions.items():
+            # decoded: shared again where it was empty
+            assert set(_shares_empties(cl.partitions[key])) <= set(_shares_empties(p)), key
+    assert grew == {"elr", "md_history", "ap_requests", "consumed", "reported"}, grew
+
+
+def test_growing_a_shared_empty_in_place_stops_the_batch():
+    """The guard of the sharing: a handler that appended to the shared EMPTY (instead of
+    messages.grown) would give every partition that item; the cluster's drain refuses to go on."""
+    from protocol.messages import EMPTY, grown
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    cl = run_events(s.events, finish=False)["_cluster"]
+    assert grown(EMPTY, 7) == [7] and EMPTY == []
+    mine = [1]
+    assert grown(mine, 2) is mine == [1, 2]
+    EMPTY.append(7)
+    try:
+        with pytest.raises(AssertionError, match="grown in place"):
+            cl.drain()
+    finally:
+        EMPTY.clear()
+    assert cl.drain() is not None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import effective_min_isr
 from ..log import ReplicaLog
-from ..messages import LEADER, NO_BROKER_EPOCH, RECOVERED, AlterPartitionRequest, IsrMember
+from ..messages import LEADER, NO_BROKER_EPOCH, RECOVERED, AlterPartitionRequest, IsrMember, grown
 from ..replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
 
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ def produce(p: Partition, ev: dict) -> None:
         pr = Produce(p.cur_seq, p.now, base + n, base, n, p.now + p.cl.config.request_timeout_ms,
                      rep.leader_epoch, inc, p.idx)
         p.idx += 1     # the outcome row takes this place in the request's order
-        rep.purgatory.append(pr)
+        rep.purgatory = grown(rep.purgatory, pr)
         if pr.deadline < p.t_wake:
             p.t_wake = pr.deadline    # the timers' bound on parked deadlines (timers.advance)
     else:

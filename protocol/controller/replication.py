@@ -6,7 +6,7 @@ through `p.channels`).
 """
 from __future__ import annotations
 
-from ..messages import (NO_BROKER_EPOCH, NO_CHANGE, RECOVERED, RECOVERING, AlterPartitionRequest,
+from ..messages import (EMPTY, NO_BROKER_EPOCH, NO_CHANGE, RECOVERED, RECOVERING, AlterPartitionRequest,
                         AlterPartitionResponse, LeaderAndIsr, RegistrationSnapshot)
 from .change_builder import PartitionChangeBuilder
 
@@ -61,7 +61,8 @@ def commit(p, rec: dict, info, cause: str, reason: str) -> None:
         p.leader_epoch += 1
     for f in _LIST_FIELDS:
         if f in rec:
-            setattr(p, f, list(rec[f]))
+            v = rec[f]
+            setattr(p, f, list(v) if v else EMPTY)
     if "lrs" in rec:
         p.lrs = rec["lrs"]
     registered(p, cause)
@@ -87,9 +88,10 @@ def registered(p, cause: str) -> None:
 def register_new(p, cause: str, *, replicas, isr, leader, leader_epoch=0, partition_epoch=0, elr=(), lke=(),
                  lrs=RECOVERED) -> None:
     """A registration written whole (CreatePartition A2, a recorded PartitionRecord): no builder."""
-    p.replicas, p.isr, p.elr, p.lke, p.leader = list(replicas), list(isr), list(elr), list(lke), leader
+    p.replicas, p.isr, p.leader = list(replicas), list(isr), leader
+    p.elr, p.lke = (list(elr) if elr else EMPTY), (list(lke) if lke else EMPTY)
     p.leader_epoch, p.partition_epoch, p.lrs = leader_epoch, partition_epoch, lrs
-    p.adding, p.removing = [], []
+    p.adding, p.removing = EMPTY, EMPTY
     registered(p, cause)
     p.inv.on_registration(p, None)
     p.channels.publish(p)
