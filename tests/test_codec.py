@@ -181,6 +181,8 @@ def test_empty_containers_are_shared_and_grown_into_lists_of_their_own():
     assert _shares_empties(p) == ["adding", "ap_requests", "ap_responses", "changed", "consumed", "elr",
                                   "last_known_elr", "md_history", "purgatory of 1", "purgatory of 2",
                                   "purgatory of 3", "removing", "reported"]
+    again = decode_cluster(encode_cluster(out["_cluster"]), EngineConfig())
+    assert _shares_empties(again.all_partitions()[0]) == _shares_empties(p)   # (decoded when used)
     cfg = {"min.insync.replicas": "2", "eligible.leader.replicas.enable": "true",
            "delivery.metadata": "explicit", "delivery.alter_partition": "explicit"}
     grew = set()
