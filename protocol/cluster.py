@@ -117,17 +117,19 @@ class Cluster:
 
     # ------------------------------------------------------------------ indexes
     def reindex(self, p: Partition) -> None:
-        """by_broker[b] holds p's key exactly for the brokers b of p.hosts() at p's last reindex
-        (p.indexed: only this method writes either), so only those that left need a look."""
+        """by_broker[b] holds p's key exactly for the b of p.index_keys() at p's last reindex
+        (p.indexed: only this method writes either), so only those that left need a look. Every
+        registration write reindexes (controller.replication.registered), so by_broker[NO_LEADER]
+        is the leaderless partitions."""
         key = p.key
-        now = p.hosts()
+        now = p.index_keys()
         by_broker = self.by_broker
         for b in now:
             by_broker[b].add(key)
         for b in p.indexed:
             if b not in now:
                 by_broker[b].discard(key)
-        p.indexed = tuple(now)      # a tuple: 64 bytes, not a set's 216 (its one partition's hosts)
+        p.indexed = tuple(now)      # a tuple: 64 bytes, not a set's 216 (its one partition's keys)
 
     def catch_up(self, b: int, ts: int) -> None:
         """A broker-scoped row for b at ts (it may change b's registration or process, or, a

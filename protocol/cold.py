@@ -17,8 +17,10 @@ answered from the columns:
 
 A key (topic, partition) is coded as topic_id << 32 | partition, with topic ids in topic name
 order, so codes sort as keys do and the blob lists partitions in key order. A partition's hosts
-(the brokers the router indexes it under) and its next timer due are kept beside its encoded
-bytes, so a broker change or a due timer finds the partitions it reaches without decoding any.
+(what the router indexes it under: its brokers, and NO_LEADER while it is leaderless, see
+Partition.index_keys) and its next timer due are kept beside its encoded bytes, so a broker
+change, an unfencing's elections or a due timer find the partitions they reach without decoding
+any.
 Pure: no I/O; protocol.codec makes and reads the columns.
 """
 from __future__ import annotations
@@ -163,7 +165,7 @@ class ColdPartitions:
         return [self._key(i) for i, d in enumerate(self.dues) if d <= ts and i not in gone]
 
     def on_broker(self, b: int) -> list[tuple]:
-        """The keys of cold partitions that broker b hosts."""
+        """The keys of cold partitions indexed under b: broker b's, or (NO_LEADER) the leaderless ones."""
         if self._brokers is None:
             # built once, at the first broker-scoped question of this decode: a batch of only
             # partition rows never pays for it

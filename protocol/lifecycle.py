@@ -196,6 +196,15 @@ def unfence(cl, br: Broker, seq: int, ts: int, timer: bool) -> None:
         if p.leader == NO_LEADER and b in p.replicas:
             replication.on_broker_unfenced(p, b)
         cl.end(p)
+    # A15: Kafka runs the election of every leaderless partition, not only of b's
+    # (RCM#handleBrokerUnfenced over brokersToIsrs.partitionsWithNoLeader()): one whose topic
+    # allows unclean election and has a live replica gets it now, not at the periodic task
+    for p in cl.hosted(NO_LEADER):
+        if b in p.indexed or not replication.elects_on_unfence(p, b):
+            continue        # b's own were visited above; a partition nothing changes is not visited
+        cl.frame(p, seq, ts, timer)
+        replication.on_broker_unfenced(p, b)
+        cl.end(p)
 
 
 def broker_fence(cl, ev):

@@ -45,7 +45,8 @@ class Partition:
                  "last_seq", "cur_seq", "now", "idx",
                  # invariant checker and its unclean-crash record (replica -> seq of its unclean crash)
                  "inv", "unclean",
-                 # the hosts the router's by_broker index holds p under (derived, not encoded)
+                 # the keys the router's by_broker index holds p under: index_keys() at the last
+                 # reindex (derived, not encoded)
                  "indexed")
 
     def __init__(self, cluster: Cluster, topic: str, partition: int):
@@ -106,6 +107,17 @@ class Partition:
 
     def hosts(self) -> set[int]:
         return set(self.replicas) | set(self.reps)
+
+    def index_keys(self) -> set[int]:
+        """What the router indexes p under (Cluster.reindex): its hosts, and NO_LEADER while it
+        has none, as Kafka's BrokersToIsrs keeps leaderless partitions under NO_LEADER
+        (#partitionsWithNoLeader: an unfenced broker's elections reach all of them, A15). A Spark
+        bucket's cold partitions keep these keys in their hosts column, so it finds its leaderless
+        ones without decoding any."""
+        keys = set(self.replicas) | set(self.reps)
+        if self.leader == NO_LEADER and self.replicas:
+            keys.add(NO_LEADER)
+        return keys
 
     def set_t_next(self) -> None:
         _set_t_next(self)

@@ -173,7 +173,9 @@ def test_wake_bound_never_passes_a_parked_deadline(seed):
 def _check_index(cl: Cluster) -> None:
     inverse: dict[int, set] = {}
     for key, p in cl.partitions.items():
-        assert sorted(p.indexed) == sorted(p.hosts()), (key, p.indexed, p.hosts())
+        # its hosts, and NO_LEADER (-1) exactly while it is leaderless (Partition.index_keys)
+        want = p.hosts() | ({-1} if p.leader == -1 else set())
+        assert sorted(p.indexed) == sorted(want), (key, p.indexed, want)
         for b in p.indexed:
             inverse.setdefault(b, set()).add(key)
     assert {b: ks for b, ks in cl.by_broker.items() if ks} == inverse

@@ -203,3 +203,45 @@ def test_audit_reports_a_failure_of_the_work_alongside_the_replay(tmp_path, monk
     monkeypatch.setattr(audit, "check_history", boom)
     with pytest.raises(RuntimeError, match="history check failed"):
         audit.run_audit(_synthetic(tmp_path), tmp_path / "t")
+
+
+def test_an_unfencings_unclean_election_of_another_brokers_partition_is_attributed_and_agreed(tmp_path):
+    """A15 on a log: t-0 [1,2,3] goes leaderless (ISR [1], ELR off), its topic then allows unclean
+    election, and broker 4 (a replica of nothing) is unfenced: Kafka writes, in the unfence's batch,
+    the unclean election of replica 3 (leader 3, ISR [3], RECOVERING). The importer attributes it to
+    the unfence (not `Unexplained`), and the replay decides the same at that row."""
+    from jobs.metalog.codec import uuid_str
+    from jobs.metalog.synth import BRC, CONFIG, FEAT, PCR, PR, TOPIC, SegmentWriter, register_broker, topic_uuid
+    w = SegmentWriter()
+    w.batch([(2, 0, {"version": 0, "leaderId": 100, "voters": [{"voterId": 100}], "grantingVoters": []})],
+            control=True)
+    w.batch([(FEAT, 0, {"name": "metadata.version", "featureLevel": 33}),
+             (FEAT, 0, {"name": "eligible.leader.replicas.version", "featureLevel": 0})])
+    for b in (1, 2, 3, 4):
+        register_broker(w, b, 10 + b)
+    for b in (1, 2, 3):
+        w.batch([(BRC, 0, {"brokerId": b, "brokerEpoch": 10 + b, "fenced": -1})])
+    tid = topic_uuid("t")
+    w.batch([(TOPIC, 0, {"name": "t", "topicId": tid}),
+             (PR, 2, {"partitionId": 0, "topicId": tid, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+                      "removingReplicas": [], "addingReplicas": [], "leader": 1, "leaderEpoch": 0,
+                      "partitionEpoch": 0, "directories": [uuid_str(bytes(16))] * 3})])
+    # a fence writes its partition changes before the broker's record, an unfence after it
+    for b, change in ((2, {"isr": [1, 3]}), (3, {"isr": [1]}), (1, {"leader": -1})):
+        w.batch([(PCR, 2, {"partitionId": 0, "topicId": tid, **change}),
+                 (BRC, 0, {"brokerId": b, "brokerEpoch": 10 + b, "fenced": 1})])
+    w.batch([(BRC, 0, {"brokerId": 3, "brokerEpoch": 13, "fenced": -1})])     # not in the ISR: no election
+    w.batch([(CONFIG, 0, {"resourceType": 2, "resourceName": "t", "name": "unclean.leader.election.enable",
+                          "value": "true"})])
+    w.batch([(BRC, 0, {"brokerId": 4, "brokerEpoch": 14, "fenced": -1}),
+             (PCR, 2, {"partitionId": 0, "topicId": tid, "leader": 3, "isr": [3], "leaderRecoveryState": 1})])
+    d = tmp_path / "__cluster_metadata-0"
+    d.mkdir()
+    w.write(d / "00000000000000000000.log")
+    assert cli(["audit", str(d), "--tables", str(tmp_path / "t")]) == 0
+    kr = read_table(str(tmp_path / "t"), "kafka_records").to_pylist()
+    (el,) = [r for r in kr if r["record_type"] == "PartitionChangeRecord" and r["leader"] == 3]
+    assert (el["cause"], el["isr"], el["leader_recovery_state"]) == ("BrokerUnfence", [3], "RECOVERING")
+    audit = _check_audit(tmp_path / "t", kr)
+    assert [a["verdict"] for a in audit if a["offset"] == el["offset"]] == ["agree"]
+    assert {a["verdict"] for a in audit} == {"agree"}, [a for a in audit if a["verdict"] != "agree"]

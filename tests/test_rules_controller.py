@@ -277,6 +277,38 @@ def test_periodic_unclean_election_after_enabling_it_by_config():
     assert (m["isr"], m["leader_recovery_state"]) == ([3], "RECOVERING")
 
 
+def test_any_brokers_unfence_elects_every_leaderless_partition_it_can():
+    """A15, RCM#handleBrokerUnfenced: generateLeaderAndIsrUpdates over
+    brokersToIsrs.partitionsWithNoLeader(), every leaderless partition, with the topic's election
+    type. t-0 [1,2,3] is leaderless (ISR [1]) while its replica 3 is up again; its topic then
+    allows unclean election. Broker 4, a replica of no partition, is unfenced: t-0 elects 3 right
+    then (not at the periodic task, 300 s later). u-0 [1,2], leaderless with both replicas down,
+    cannot elect anyone: it is not visited (no row; its state row keeps its last event's seq). The
+    same through the Spark bucket's path: every partition cold (decoded from its blob) at each row."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    u = S("u", 0)
+    u.events = s.events
+    u.create([1, 2])
+    s.at(1000).fence(2)
+    s.fence(3)
+    last_u = s.fence(1)                      # ELR off: both leaderless, ISR [1]
+    s.at(2000).unfence(3)                    # 3 is not in t-0's ISR: no clean candidate
+    s.register(4)
+    s.at(10_000).alter_config(unclean_leader_election_enable="true")
+    unfence4 = s.at(20_000).unfence(4)
+    cfg = {"eligible.leader.replicas.enable": "false"}
+    for roundtrip in (0, 1):
+        out = run_events(s.events, cfg, roundtrip_every=roundtrip)
+        m = last(out, "metadata_log", topic="t", seq=unfence4)
+        assert (m["leader"], m["isr"], m["leader_recovery_state"]) == (3, [3], "RECOVERING")
+        e = last(out, "elections", topic="t", seq=unfence4)
+        assert (e["election"], e["new_leader"], e["ts_ms"]) == ("UNCLEAN", 3, 20_000)
+        assert not rows(out, "metadata_log", topic="u", seq=unfence4)
+        (ust,) = [r for r in out["partition_state"] if r["topic"] == "u"]
+        assert (ust["leader"], ust["seq"]) == (-1, last_u)
+
+
 def test_periodic_unclean_election_fires_on_an_event_exactly_at_its_time():
     """An event at exactly the periodic task's time runs it (a timer due at or before the event's
     time fires before it): the task is not skipped to the next multiple, and not lost when no

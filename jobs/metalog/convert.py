@@ -515,7 +515,10 @@ class Converter:
         if kind == "BrokerControlledShutdown":
             return self._removes(b, before, p.snap())
         if kind == "BrokerUnfence":
-            return (p.leader == b and before[4] != b) or (b in p.isr and b not in before[1])
+            # b back as leader or in the ISR; or any leaderless partition elected in the unfence's
+            # batch: Kafka runs the election of every leaderless partition then (A15), b's or not
+            return ((p.leader == b and before[4] != b) or (b in p.isr and b not in before[1])
+                    or (before[4] == -1 and p.leader != -1))
         return False
 
     # ------------------------------------------------------------------ admin requests

@@ -44,6 +44,14 @@ def topic_uuid(name: str) -> str:
     return uuid_str(hashlib.md5(name.encode()).digest())
 
 
+def register_broker(w: SegmentWriter, b: int, epoch: int) -> None:
+    """A batch of broker b's RegisterBrokerRecord (v4, fenced, one PLAINTEXT listener)."""
+    w.batch([(REG, 4, {"brokerId": b, "incarnationId": uuid_str(bytes([b] * 16)), "brokerEpoch": epoch,
+                       "endPoints": [{"name": "PLAINTEXT", "host": "localhost", "port": 9090 + b,
+                                      "securityProtocol": 0}], "features": [], "rack": None,
+                       "fenced": True, "inControlledShutdown": False})])
+
+
 def synthetic_log(n_records: int, partitions: int = 1000, batch_size: int = 500, seed: int = 1,
                   codec: int = 0) -> SegmentWriter:
     """About `n_records` records, most of them PartitionChangeRecords from ISR shrink/expand cycles."""
@@ -55,10 +63,7 @@ def synthetic_log(n_records: int, partitions: int = 1000, batch_size: int = 500,
              (FEAT, 0, {"name": "eligible.leader.replicas.version", "featureLevel": 1}),
              (CONFIG, 0, {"resourceType": 4, "resourceName": "", "name": "min.insync.replicas", "value": "1"})])
     for b in (1, 2, 3):
-        w.batch([(REG, 4, {"brokerId": b, "incarnationId": uuid_str(bytes([b] * 16)), "brokerEpoch": w.offset,
-                           "endPoints": [{"name": "PLAINTEXT", "host": "localhost", "port": 9090 + b,
-                                          "securityProtocol": 0}], "features": [], "rack": None,
-                           "fenced": True, "inControlledShutdown": False})])
+        register_broker(w, b, w.offset)
     for b in (1, 2, 3):
         w.batch([(BRC, 0, {"brokerId": b, "brokerEpoch": 3 + b, "fenced": -1})])
     tid = topic_uuid("t")

@@ -125,6 +125,13 @@ def on_broker_unfenced(p, b: int) -> bool:
                   acc=acceptable_fn(p.cl.brokers, unfenced={b}))
 
 
+def elects_on_unfence(p, b: int) -> bool:
+    """Whether on_broker_unfenced(p, b) would write a record: the builder's dry run (it writes
+    nothing), so a leaderless partition that b's unfencing cannot change is not visited."""
+    rec, _ = build(p, election=p.conf.election, acc=acceptable_fn(p.cl.brokers, unfenced={b}))
+    return rec is not None
+
+
 # ---------------------------------------------------------------- AlterPartition (A19, A20)
 def handle_alter_partition(p, req: AlterPartitionRequest) -> AlterPartitionResponse:
     """ReplicationControlManager#alterPartition for one partition: validate, then build and commit."""
