@@ -180,6 +180,13 @@ def test_first_mismatch_and_runs_prefix():
     assert first_mismatch(a, 10, a, 10, 10) is None
     assert first_mismatch(a, 4, a, 10, 6) == 4                  # same list object, shorter end
     assert first_mismatch([(2, 0, 1)], 10, [(0, 0, 1)], 10, 10) == 0   # a has nothing at 0
+    # epochs above the offsets (epoch 50 from offset 5): run boundaries are offsets, never epochs
+    assert first_mismatch([(0, 0, 1), (5, 50, 1)], 10, [(0, 0, 1)], 10, 10) == 5
+    assert first_mismatch([(0, 0, 1)], 10, [(0, 0, 1), (5, 50, 1)], 10, 10) == 5
+    # a later run starting past the bound does not hide the boundary before it
+    three = [(0, 0, 1), (3, 1, 1), (8, 2, 1)]
+    assert first_mismatch(three, 10, [(0, 0, 1)], 10, 6) == 3
+    assert first_mismatch([(0, 0, 1)], 10, three, 10, 6) == 3
     assert runs_prefix(a, 5) == [(0, 0, 1)]
     assert runs_prefix(a, 6) == a
     assert runs_prefix(a, 0) == []
