@@ -152,6 +152,18 @@ class Cluster:
             keys = [*keys, *self.cold.on_broker(b)]
         return [self.part(k) for k in sorted(keys)]  # type: ignore[misc]
 
+    def leaderless_electable(self, acc) -> list[Partition]:
+        """The leaderless partitions (hot and cold) with a replica acc accepts as leader, in key
+        order: only they can get a leader now (every election kind picks an acceptable replica),
+        so only they are decoded. Read from the index keys (a cold partition's hosts column)."""
+        def electable(hosts) -> bool:
+            return any(acc(h) for h in hosts)      # (the NO_LEADER key is no broker: never accepted)
+        parts = self.partitions
+        keys = [k for k in self.by_broker.get(NO_LEADER, ()) if electable(parts[k].indexed)]
+        if self.cold:
+            keys += [k for k, hosts in self.cold.on_broker_hosts(NO_LEADER) if electable(hosts)]
+        return [self.part(k) for k in sorted(keys)]  # type: ignore[misc]
+
     def topic_keys(self, topic: str) -> list[tuple]:
         """The keys of `topic`'s partitions here, in key order (hot and cold)."""
         keys: Any = self.by_topic.get(topic, ())

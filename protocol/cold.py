@@ -183,6 +183,17 @@ class ColdPartitions:
         gone = self.gone
         return [self._key(i) for i in self._brokers.get(b, ()) if i not in gone]
 
+    def on_broker_hosts(self, b: int) -> list[tuple]:
+        """on_broker(b) with each key's hosts: (key, hosts) pairs, still without decoding any."""
+        keys = self.on_broker(b)
+        _, hoffs = self._offsets()
+        hosts = self.hosts
+        out = []
+        for key in keys:
+            i = self._pos(key)
+            out.append((key, tuple(hosts[hoffs[i]:hoffs[i + 1]])))
+        return out
+
     def of_topic(self, topic: str) -> list[tuple]:
         """The keys of cold partitions of `topic` (codes of one topic are one sorted range)."""
         t = self.tid.get(topic)

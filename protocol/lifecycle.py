@@ -198,8 +198,9 @@ def unfence(cl, br: Broker, seq: int, ts: int, timer: bool) -> None:
         cl.end(p)
     # A15: Kafka runs the election of every leaderless partition, not only of b's
     # (RCM#handleBrokerUnfenced over brokersToIsrs.partitionsWithNoLeader()): one whose topic
-    # allows unclean election and has a live replica gets it now, not at the periodic task
-    for p in cl.hosted(NO_LEADER):
+    # allows unclean election and has a live replica gets it now, not at the periodic task. Only
+    # those with an acceptable replica can get a leader (and only they are decoded in a bucket)
+    for p in cl.leaderless_electable(replication.acceptable_fn(cl.brokers)):
         if b in p.indexed or not replication.elects_on_unfence(p, b):
             continue        # b's own were visited above; a partition nothing changes is not visited
         cl.frame(p, seq, ts, timer)

@@ -34,6 +34,7 @@ def _check(cold: ColdPartitions, model: dict) -> None:
         assert cold.due_by(ts) == sorted(k for k, (d, _, _) in model.items() if d is not None and d <= ts)
     for b in range(0, 10):
         assert sorted(cold.on_broker(b)) == sorted(k for k, (_, hs, _) in model.items() if b in hs)
+        assert sorted(cold.on_broker_hosts(b)) == sorted((k, hs) for k, (_, hs, _) in model.items() if b in hs)
     for t in ("a", "b", "m", "zz", "nope"):
         assert cold.of_topic(t) == sorted(k for k in model if k[0] == t)
     # absent keys: before the first code, between codes, past the last one, of an unknown topic

@@ -307,6 +307,15 @@ def test_any_brokers_unfence_elects_every_leaderless_partition_it_can():
         assert not rows(out, "metadata_log", topic="u", seq=unfence4)
         (ust,) = [r for r in out["partition_state"] if r["topic"] == "u"]
         assert (ust["leader"], ust["seq"]) == (-1, last_u)
+    # in a bucket, only the leaderless partitions with an acceptable replica are decoded for it:
+    # u-0 stays in its columns (its hosts, read there, are all fenced)
+    from protocol.codec import decode_cluster, encode_cluster
+    from protocol.config import EngineConfig
+    from schemas.events import validate
+    before = run_events(s.events[:-1], cfg, finish=False)["_cluster"]
+    bucket = decode_cluster(encode_cluster(before), EngineConfig(cfg))
+    bucket.apply(validate(s.events[-1])[0])
+    assert set(bucket.partitions) == {("t", 0)} and bucket.partitions[("t", 0)].leader == 3
 
 
 def test_periodic_unclean_election_fires_on_an_event_exactly_at_its_time():
