@@ -35,7 +35,7 @@ from .config import EngineConfig
 from .invariants import Invariants
 from .log import ReplicaLog
 from .messages import (EMPTY, AlterPartitionRequest, AlterPartitionResponse, BrokerReg, IsrMember, LeaderAndIsr,
-                       RegistrationSnapshot, RegLogEntry, as_tuple)
+                       RegistrationSnapshot, RegLogEntry, as_tuple, listed)
 from .partition import Partition
 from .registry import Broker
 from .replica import CommittedIsr, FollowerState, Produce, Replica, pending_isr
@@ -103,8 +103,8 @@ def partition_out(p: Partition) -> tuple:
 def partition_in(cl: Cluster, t) -> Partition:
     p = Partition(cl, t[0], t[1])
     (p.replicas, p.isr, p.elr, p.lke, p.leader, p.leader_epoch, p.partition_epoch, p.lrs, p.adding, p.removing,
-     p.config) = (list(t[2]), list(t[3]), _ids_in(t[4]), _ids_in(t[5]), t[6], t[7], t[8], t[9], _ids_in(t[10]),
-                  _ids_in(t[11]), dict(t[12]))
+     p.config) = (list(t[2]), list(t[3]), listed(t[4]), listed(t[5]), t[6], t[7], t[8], t[9], listed(t[10]),
+                  listed(t[11]), dict(t[12]))
     for rt in t[13]:
         r = _rep_in(rt)
         p.reps[r.broker] = r
@@ -122,11 +122,6 @@ def partition_in(cl: Cluster, t) -> Partition:
     p.unclean = dict(t[25])
     p.refresh_conf()
     return p
-
-
-def _ids_in(ids) -> list[int]:
-    """A stored broker-id list, or the shared EMPTY (messages.py) when it has none."""
-    return list(ids) if ids else EMPTY
 
 
 def _snapshot_in(snap) -> RegistrationSnapshot:

@@ -166,6 +166,16 @@ class ColdPartitions:
 
     def on_broker(self, b: int) -> list[tuple]:
         """The keys of cold partitions indexed under b: broker b's, or (NO_LEADER) the leaderless ones."""
+        return [self._key(i) for i in self._on_broker(b)]
+
+    def on_broker_hosts(self, b: int) -> list[tuple]:
+        """on_broker(b) with each key's hosts: (key, hosts) pairs, still without decoding any."""
+        _, hoffs = self._offsets()
+        hosts = self.hosts
+        return [(self._key(i), tuple(hosts[hoffs[i]:hoffs[i + 1]])) for i in self._on_broker(b)]
+
+    def _on_broker(self, b: int) -> list[int]:
+        """The positions (not gone) indexed under b."""
         if self._brokers is None:
             # built once, at the first broker-scoped question of this decode: a batch of only
             # partition rows never pays for it
@@ -181,18 +191,7 @@ class ColdPartitions:
                         lst.append(i)
             self._brokers = idx
         gone = self.gone
-        return [self._key(i) for i in self._brokers.get(b, ()) if i not in gone]
-
-    def on_broker_hosts(self, b: int) -> list[tuple]:
-        """on_broker(b) with each key's hosts: (key, hosts) pairs, still without decoding any."""
-        keys = self.on_broker(b)
-        _, hoffs = self._offsets()
-        hosts = self.hosts
-        out = []
-        for key in keys:
-            i = self._pos(key)
-            out.append((key, tuple(hosts[hoffs[i]:hoffs[i + 1]])))
-        return out
+        return [i for i in self._brokers.get(b, ()) if i not in gone]
 
     def of_topic(self, topic: str) -> list[tuple]:
         """The keys of cold partitions of `topic` (codes of one topic are one sorted range)."""

@@ -193,7 +193,7 @@ def unfence(cl, br: Broker, seq: int, ts: int, timer: bool) -> None:
     b = br.id
     for p in cl.hosted(b):
         cl.frame(p, seq, ts, timer)
-        if p.leader == NO_LEADER and b in p.replicas:
+        if p.leader == NO_LEADER:     # b a replica or not (a removed one still hosting): A15 below
             replication.on_broker_unfenced(p, b)
         cl.end(p)
     # A15: Kafka runs the election of every leaderless partition, not only of b's

@@ -26,6 +26,11 @@ EMPTY: list = []
 EMPTY_SET: set = set()
 
 
+def listed(xs) -> list:
+    """xs as a list of its own, or the shared EMPTY when it has nothing (registrations, decoding)."""
+    return list(xs) if xs else EMPTY
+
+
 def grown(xs: list, item) -> list:
     """xs with item appended: in place, or a new list when xs is the shared EMPTY."""
     if xs:

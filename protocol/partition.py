@@ -114,7 +114,7 @@ class Partition:
         (#partitionsWithNoLeader: an unfenced broker's elections reach all of them, A15). A Spark
         bucket's cold partitions keep these keys in their hosts column, so it finds its leaderless
         ones without decoding any."""
-        keys = set(self.replicas) | set(self.reps)
+        keys = self.hosts()
         if self.leader == NO_LEADER and self.replicas:
             keys.add(NO_LEADER)
         return keys

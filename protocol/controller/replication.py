@@ -7,7 +7,7 @@ through `p.channels`).
 from __future__ import annotations
 
 from ..messages import (EMPTY, NO_BROKER_EPOCH, NO_CHANGE, RECOVERED, RECOVERING, AlterPartitionRequest,
-                        AlterPartitionResponse, LeaderAndIsr, RegistrationSnapshot)
+                        AlterPartitionResponse, LeaderAndIsr, RegistrationSnapshot, listed)
 from .change_builder import PartitionChangeBuilder
 
 UNCLEAN_KINDS = frozenset({"UNCLEAN", "LAST_KNOWN_ELR", "DESIGNATED"})
@@ -61,8 +61,7 @@ def commit(p, rec: dict, info, cause: str, reason: str) -> None:
         p.leader_epoch += 1
     for f in _LIST_FIELDS:
         if f in rec:
-            v = rec[f]
-            setattr(p, f, list(v) if v else EMPTY)
+            setattr(p, f, listed(rec[f]))
     if "lrs" in rec:
         p.lrs = rec["lrs"]
     registered(p, cause)
@@ -89,7 +88,7 @@ def register_new(p, cause: str, *, replicas, isr, leader, leader_epoch=0, partit
                  lrs=RECOVERED) -> None:
     """A registration written whole (CreatePartition A2, a recorded PartitionRecord): no builder."""
     p.replicas, p.isr, p.leader = list(replicas), list(isr), leader
-    p.elr, p.lke = (list(elr) if elr else EMPTY), (list(lke) if lke else EMPTY)
+    p.elr, p.lke = listed(elr), listed(lke)
     p.leader_epoch, p.partition_epoch, p.lrs = leader_epoch, partition_epoch, lrs
     p.adding, p.removing = EMPTY, EMPTY
     registered(p, cause)
@@ -121,15 +120,18 @@ def leave_isr(p, b: int, cause: str, reason: str, unclean_shutdown: bool = False
 
 def on_broker_unfenced(p, b: int) -> bool:
     """A15: a leaderless partition tries an election with b acceptable."""
-    return change(p, "BrokerUnfence", f"broker {b} unfenced", election=p.conf.election,
-                  acc=acceptable_fn(p.cl.brokers, unfenced={b}))
+    return change(p, "BrokerUnfence", f"broker {b} unfenced", **_unfence_targets(p, b))
 
 
 def elects_on_unfence(p, b: int) -> bool:
     """Whether on_broker_unfenced(p, b) would write a record: the builder's dry run (it writes
     nothing), so a leaderless partition that b's unfencing cannot change is not visited."""
-    rec, _ = build(p, election=p.conf.election, acc=acceptable_fn(p.cl.brokers, unfenced={b}))
-    return rec is not None
+    return build(p, **_unfence_targets(p, b))[0] is not None
+
+
+def _unfence_targets(p, b: int) -> dict:
+    """RCM#generateLeaderAndIsrUpdates for an unfencing: the topic's election type, b acceptable."""
+    return {"election": p.conf.election, "acc": acceptable_fn(p.cl.brokers, unfenced={b})}
 
 
 # ---------------------------------------------------------------- AlterPartition (A19, A20)
