@@ -167,6 +167,10 @@ def sigkill_restart(x: Ctx) -> None:
     x.wait_isr_full()
     x.describe(label="after restart of 2")
     x.sleep(2)
+    # the controller writes its snapshots in the background (every ~4 KB of records, DEFAULTS): on a
+    # loaded machine the first one beyond the bootstrap snapshot can come after the steps above
+    x.wait("a metadata snapshot beyond the bootstrap one",
+           lambda: len(list(x.c.metadata_dir.glob("*.checkpoint"))) >= 2, 30, required=False)
 
 
 def sigterm_restart(x: Ctx) -> None:
