@@ -20,8 +20,9 @@ stream by file NAME; and the engine needs each row's exact stream position. This
   carry from the batch's carry over the files before its own (carry_after): a Parquet
   file whose seq / ts_ms columns are monotone needs only a vectorized check and the
   validation of its last rows; any other file is scanned without routing.
-* the pre-stage routing: partition-scoped rows go to their bucket, broker-scoped rows and
-  topic-wide AlterConfig to every bucket (the stateless explode), rows rejected here to
+* the pre-stage routing: partition-scoped rows go to their bucket (a CreatePartition also to
+  every other one, as a NOTE item: its topic's replication factor, Cluster.note_creation),
+  broker-scoped rows and topic-wide AlterConfig to every bucket (the stateless explode), rows rejected here to
   the bucket of their partition (bucket 0 if none). Rows are packed: one output row per
   (bucket, chunk of input rows) holding a pickled list of items, so Spark moves a few
   large values instead of a row per event; payloads are zlib-compressed pickles (pack /
@@ -47,7 +48,7 @@ import pickle
 import zlib
 from pathlib import Path
 
-from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, order_reject_reason
+from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, Foreign, order_reject_reason
 from schemas._derive import safe_text
 from schemas.events import EVENT_COLUMNS, plain_event_maker, validate
 
@@ -59,7 +60,8 @@ from .streamio import VALUES, Plain, iter_file_rows, list_stream_files, row_to_j
 SCHEMA = "bucket int, pos long, et_ms long, n_in long, min_seq long, max_seq long, payload binary"
 FORMAT = "isrflow"
 CHUNK_ROWS = 50_000
-APPLY, REJECTED = 0, 1
+# a chunk item: a row to apply, a row the source rejected, or another bucket's CreatePartition
+APPLY, REJECTED, NOTE = 0, 1, 2
 
 
 class SourceError(RuntimeError):
@@ -93,9 +95,7 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
     max_jump: input.max.time.jump.ms, checked here for the whole stream (protocol.cluster.order_reject_reason)."""
     last_seq, max_ts = carry
     buckets: dict[int, list] = {}
-    n_in = 0
-    min_seq = max_seq = None
-    chunk_pos = None
+    n_in, min_seq, max_seq, chunk_pos = 0, None, None, None
     all_b = range(n_buckets)
     bcache: dict = {}
 
@@ -151,19 +151,31 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
         else:
             last_seq, max_ts = seq, ts
             if route:
-                # an applied row's item: (APPLY, its columns' names, their values, where its raw row
-                # is: its stream position, re-read only if the core rejects it). Pickle writes a
-                # names tuple once per chunk, and a plain row's values leave out the padding; the
+                # an applied row's item: (APPLY, its columns' names, their values, its stream position,
+                # re-read only if the core rejects it); a names tuple is pickled once per chunk, and the
                 # bucket makes the event (chunk_events)
                 item = (APPLY, names, values, row_to_json(raw, text) if keep_raw else pos)
                 if scoped:
-                    buckets.setdefault(bucket(topic, part), []).append(item)
+                    buckets.setdefault(own := bucket(topic, part), []).append(item)
+                    if typ == "CreatePartition":
+                        _note_creation(buckets, own, all_b, names, values, seq, ts, topic)
                 else:
                     for b in all_b:
                         buckets.setdefault(b, []).append(item)
     if n_in:
         yield from flush()
     return (last_seq, max_ts)
+
+
+def _note_creation(buckets: dict, own: int, all_b, names, values, seq: int, ts: int, topic: str) -> None:
+    """A CreatePartition's note to every bucket but its own: (NOTE, seq, ts_ms, (topic, replicas,
+    config)), from which each learns the topic's replication factor (protocol.cluster.Foreign,
+    Cluster.note_creation). One tuple, shared by the buckets' lists."""
+    ev = dict(zip(names, values))
+    note = (NOTE, seq, ts, (topic, ev.get("replicas"), ev.get("config")))
+    for b in all_b:
+        if b != own:
+            buckets.setdefault(b, []).append(note)
 
 
 # a validated row's values, every event column (EVENT_COLUMNS order)
@@ -184,12 +196,13 @@ def _validated(raw, err) -> tuple:
 def chunk_events(items: list) -> list:
     """The events of a chunk's items, in order (scan_rows), None for a row the source rejected:
     an applied row's (names, values) made into the event validate() gives for it (EVENT_COLUMNS
-    order, every column: schemas.events.plain_event_maker)."""
+    order, every column: schemas.events.plain_event_maker); another bucket's CreatePartition as a
+    Foreign row with its creation (Cluster.pass_foreign)."""
     out: list = []
     names = make = None
     for item in items:
         if item[0] != APPLY:
-            out.append(None)
+            out.append(Foreign(item[1], item[2], item[3]) if item[0] == NOTE else None)
             continue
         if item[1] is not names:
             names = item[1]

@@ -345,12 +345,13 @@ def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterat
         return
     col = {n: c for n, c in zip(names, cols)}
     nones = repeat(None)
-    for ok, vals, typ, topic, part, seq, ts in zip(plain, zip(*cols), *(col.get(c, nones) for c in (
-            "type", "topic", "partition", "seq", "ts_ms"))):
+    for ok, vals, typ, topic, part, seq, ts, replicas, config in zip(plain, zip(*cols), *(
+            col.get(c, nones) for c in ("type", "topic", "partition", "seq", "ts_ms", "replicas", "config"))):
         if not ok:
             yield dict(zip(names, vals)), None, None
         elif foreign(typ, topic, part):
-            yield Foreign(seq, ts), None, None
+            # another worker's creation still tells this one its topic's replication factor
+            yield Foreign(seq, ts, (topic, replicas, config) if typ == "CreatePartition" else None), None, None
         else:
             yield make(*vals), layout, None
 

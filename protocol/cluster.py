@@ -69,15 +69,30 @@ class Out:
 
 
 class Foreign:
-    """A row of a parallel replay that another worker applies (a partition this cluster does not
-    own; a reader's plain row: jobs.streamio): only its place in the stream order matters here
-    (Cluster.pass_foreign), so it carries just its seq and ts_ms, not the event."""
+    """A row that another cluster applies (a partition this cluster does not own: another worker's
+    of a parallel replay, or another Spark bucket's): only its place in the stream order matters
+    here (Cluster.pass_foreign), so it carries its seq and ts_ms, not the event; a CreatePartition
+    also its `creation` (topic, replicas, config), from which every cluster learns the topic's
+    replication factor (Cluster.note_creation)."""
 
-    __slots__ = ("seq", "ts_ms")
+    __slots__ = ("seq", "ts_ms", "creation")
 
-    def __init__(self, seq: int, ts_ms: int):
+    def __init__(self, seq: int, ts_ms: int, creation: tuple | None = None):
         self.seq = seq
         self.ts_ms = ts_ms
+        self.creation = creation
+
+    def __eq__(self, other: object) -> bool:       # a value: two readers' rows compare
+        return isinstance(other, Foreign) and (self.seq, self.ts_ms, self.creation) == (
+            other.seq, other.ts_ms, other.creation)
+
+    def __repr__(self) -> str:
+        return f"Foreign({self.seq}, {self.ts_ms}, {self.creation!r})"
+
+
+def creation_of(ev: dict) -> tuple:
+    """A CreatePartition's (topic, replicas, config): what another cluster needs of it (Foreign)."""
+    return ev["topic"], ev["replicas"], ev.get("config")
 
 
 class Cluster:
@@ -91,6 +106,13 @@ class Cluster:
         self.max_jump = config.max_time_jump_ms if owns is None or sees_all else 0
         self.brokers: dict[int, Broker] = {}
         self.topic_cfg: dict[str, dict[str, str]] = {}
+        # each topic's replication factor, which a new partition of it must match
+        # (RCM#createPartitions: "... not consistent with previous partitions"): the replica count
+        # of its first partition created. Every cluster of a replay keeps the same, also for topics
+        # whose partitions it does not own (note_creation). Kafka reads the count off whichever
+        # partition its hash table iterates first; all of a topic's partitions have it unless a
+        # reassignment changed some, and then isrflow keeps the first creation's (docs/kafka_rules.md A2).
+        self.topic_rf: dict[str, int] = {}
         self.partitions: dict[tuple, Partition] = {}
         # partitions read from a state blob and not used since (protocol.cold; protocol.codec). A
         # partition is decoded the first time a row, a broker change or a due timer reaches it
@@ -263,7 +285,7 @@ class Cluster:
         ts = ev["ts_ms"]
         typ = ev["type"]
         if self.owns is not None and self.is_foreign(typ, ev.get("topic"), ev.get("partition")):
-            self.pass_foreign(seq, ts)
+            self.pass_foreign(seq, ts, creation_of(ev) if typ == "CreatePartition" else None)
             return
         scoped = _SCOPED[typ]
         if scoped is None:
@@ -303,7 +325,7 @@ class Cluster:
                 break
             if ev.__class__ is Foreign:
                 seq = ev.seq
-                self.pass_foreign(seq, ev.ts_ms)
+                self.pass_foreign(seq, ev.ts_ms, ev.creation)
             else:
                 seq = ev["seq"]
                 self.apply(ev)
@@ -330,12 +352,26 @@ class Cluster:
             scoped = partition_scoped(typ, partition)
         return scoped and self.owns is not None and not self.owns((topic, partition))
 
-    def pass_foreign(self, seq: int, ts: int) -> None:
+    def pass_foreign(self, seq: int, ts: int, creation: tuple | None = None) -> None:
         """A foreign row (is_foreign) only moves this cluster's stream order forward when it passes the
-        order check; when it fails, its owner writes the rejected row, so nothing happens here."""
+        order check; when it fails, its owner writes the rejected row, so nothing happens here. A
+        foreign CreatePartition (`creation`: creation_of) may set its topic's replication factor."""
         if not self.out_of_order(seq, ts):
+            if creation is not None and creation[0] not in self.topic_rf:
+                self.note_creation(creation, ts)
             self.last_seq = seq
             self.max_ts = ts
+
+    def note_creation(self, creation: tuple, ts: int) -> None:
+        """Another cluster's CreatePartition of a topic with no replication factor yet: if the
+        creation succeeds (its owner decides with the same broker registry and the same checks,
+        _creation_refusal, at the same place in the stream: sessions expired up to its time), its
+        replica count is the topic's replication factor here too."""
+        if self.sess_next is not None and ts >= self.sess_next:
+            self.expire_sessions(ts)
+        topic, replicas, config = creation
+        if self._creation_refusal(topic, -1, replicas, config)[0] is None:
+            self.topic_rf[topic] = len(replicas)
 
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
@@ -428,34 +464,43 @@ class Cluster:
 
     # ================================================================== admin requests and records
     def _create_partition(self, ev):
-        """ReplicationControlManager#createTopic with a manual assignment (isrflow creates one
-        partition per row). Refusals are answers (an `admin` row, state unchanged), in Kafka's
-        order: the partition exists; the config (checked before the assignment); the assignment
-        (#validateManualPartitionAssignment); no active replica."""
+        """ReplicationControlManager#createTopic / #createPartitions with a manual assignment (isrflow
+        creates one partition per row). Refusals are answers (an `admin` row, state unchanged), in
+        Kafka's order: the partition exists; then _creation_refusal."""
         topic, part, seq, ts = ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"]
         replicas = list(ev["replicas"])
         if self.has((topic, part)):
             return self._create_refused(ev, "TOPIC_ALREADY_EXISTS", f"Partition {topic}-{part} already exists.")
-        cfg = None
-        if ev.get("config"):
-            bad = topic_config_error(ev["config"])
-            if bad:
-                return self._create_refused(ev, *bad)
-            cfg = validate_topic_config(ev["config"])
-        bad = admin.assignment_error(self.brokers, replicas)
-        if bad:
-            return self._create_refused(ev, "INVALID_REPLICA_ASSIGNMENT", bad)
-        isr = admin.initial_isr(self.brokers, replicas)
-        if not isr:
-            return self._create_refused(ev, "INVALID_REPLICA_ASSIGNMENT",
-                                        f"All brokers specified in the manual partition assignment for "
-                                        f"partition {part} are fenced or in controlled shutdown.")
+        bad, cfg, isr = self._creation_refusal(topic, part, replicas, ev.get("config"))
+        if bad is not None:
+            return self._create_refused(ev, *bad)
+        self.topic_rf.setdefault(topic, len(replicas))
         p = self._new_partition(topic, part, ts, cfg)
         self.begin(p, seq, ts)
         p.emit("admin", {"type": "CreatePartition", "broker": None, "result": "NONE", "detail": None})
         replication.register_new(p, "CreatePartition", replicas=replicas, isr=isr, leader=isr[0],
                                  elr=p.elr, lke=p.lke, lrs=p.lrs)
         self.end(p)
+
+    def _creation_refusal(self, topic: str, part: int, replicas: list, config) -> tuple:
+        """The checks of a creation after the partition's existence, in Kafka's order: the config
+        (checked before the assignment); the assignment (#validateManualPartitionAssignment, with the
+        topic's replication factor if it has one); no active replica. Returns ((error, message) or
+        None, the validated config, the initial ISR)."""
+        cfg = None
+        if config:
+            bad = topic_config_error(config)
+            if bad:
+                return bad, None, None
+            cfg = validate_topic_config(config)
+        wrong = admin.assignment_error(self.brokers, replicas, self.topic_rf.get(topic))
+        if wrong:
+            return ("INVALID_REPLICA_ASSIGNMENT", wrong), None, None
+        isr = admin.initial_isr(self.brokers, replicas)
+        if not isr:
+            return ("INVALID_REPLICA_ASSIGNMENT", f"All brokers specified in the manual partition assignment for "
+                                                  f"partition {part} are fenced or in controlled shutdown."), None, None
+        return None, cfg, isr
 
     def _create_refused(self, ev, err: str, detail: str) -> None:
         self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},

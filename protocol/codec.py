@@ -136,7 +136,7 @@ def cluster_out(cl: Cluster, with_partitions: bool = True) -> tuple:
             [as_tuple(e) for e in cl.reg_log],
             {b: {r: as_tuple(reg) for r, reg in v.items()} for b, v in cl.views.items()},
             cl.view_seq, cl.last_seq, cl.max_ts, cl.applied, cl.rejected,
-            {b: as_tuple(reg) for b, reg in cl.reg_base.items()})
+            {b: as_tuple(reg) for b, reg in cl.reg_base.items()}, cl.topic_rf)
 
 
 def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> Cluster:
@@ -156,6 +156,9 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     cl.view_seq = dict(t[5])
     cl.last_seq, cl.max_ts, cl.applied, cl.rejected = t[6:10]
     cl.reg_base = {int(k): BrokerReg(*v) for k, v in t[10].items()}
+    # state written before topics had a replication factor (2026-11-29) has none: a topic's next
+    # creation that succeeds sets it
+    cl.topic_rf = dict(t[11]) if len(t) > 11 else {}
     cl.set_sess_next()
     return cl
 

@@ -13,7 +13,10 @@ import random
 def random_schedule(seed: int, n_events: int = 300, *, brokers: int = 4, partitions: int = 2, rf: int = 3,
                     topics: int = 1, explicit_ap: bool = False, explicit_md: bool = False,
                     max_unclean: int = 1, loss: bool = True, admin: bool = True,
-                    start_ts: int = 0) -> list[dict]:
+                    start_ts: int = 0, creations: bool = False) -> list[dict]:
+    """creations: later CreatePartition rows add partitions to the topics, of 1 to rf + 1 replicas,
+    so that some match their topic's replication factor and some do not (off: the streams of
+    earlier seeds stay as they were)."""
     rnd = random.Random(seed)
     ev: list[dict] = []
     ts = start_ts
@@ -118,6 +121,13 @@ def random_schedule(seed: int, n_events: int = 300, *, brokers: int = 4, partiti
         elif r < 0.84 and admin and brokers > rf:
             target = rnd.sample(ids, len(reps))
             add(type="Reassign", topic=t, partition=p, replicas=target)
+        elif r < 0.87 and creations:
+            t = rnd.choice(parts)[0]
+            p = 1 + max(pp for tt, pp, _ in parts if tt == t)
+            reps = rnd.sample(ids, rnd.randint(1, min(rf + 1, brokers)))
+            parts.append((t, p, reps))
+            produced[(t, p)] = 0
+            add(type="CreatePartition", topic=t, partition=p, replicas=reps)
         else:
             ts += rnd.choice((1000, 5000, 16000))
             add(type="Tick", broker=None)

@@ -66,6 +66,47 @@ def test_create_partition_config_is_checked_before_the_assignment():
                                                    "true or false")
 
 
+def test_create_partition_must_have_its_topics_replication_factor():
+    """RCM#createPartitions: #validateManualPartitionAssignment with the topic's replication factor.
+    A new partition of a topic that has partitions has as many replicas as they do: checked after
+    the brokers' registration (an unregistered broker is named first), before the active replicas
+    (a partition of fenced brokers only is refused for its count). A creation that is refused sets
+    no factor: the topic's first partition created does. A reassignment may change the count (Kafka
+    passes no factor), and other topics have their own. The same when each partition is its own
+    Spark bucket (the earlier partitions foreign: Cluster.note_creation), with the state encoded
+    between rows."""
+    from tests.engine_util import canonical
+    from tests.test_properties import run_bucketed
+    s = S().up(1, 2, 3)
+    s.register(4)                                       # registered, fenced
+    p = {i: S("t", i) for i in range(1, 7)}
+    for x in p.values():
+        x.events = s.events
+    none_active = s.create([4])                         # t-0: refused, sets no factor
+    first = p[1].create([1, 2])                         # t-1: the topic's factor is 2
+    fewer = p[2].create([1])
+    unregistered = p[3].create([3, 9, 1])
+    fenced_one = p[4].create([4])
+    more = p[5].create([4, 1, 2])
+    ok = p[6].create([2, 3])
+    grown = p[1].reassign([1, 2, 3])                    # t-1 now has 3 replicas
+    other = S("u", 0)
+    other.events = s.events
+    own = other.create([1])
+    out = run_events(s.events)
+    assert answer(out, none_active)[1].startswith("All brokers specified")
+    assert answer(out, first) == answer(out, ok) == answer(out, own) == answer(out, grown) == ("NONE", None)
+    assert answer(out, unregistered) == (IRA, "The manual partition assignment includes broker 9, but no such "
+                                              "broker is registered.")
+    for seq, n in ((fewer, 1), (fenced_one, 1), (more, 3)):
+        assert answer(out, seq) == (IRA, f"The manual partition assignment includes a partition with {n} "
+                                         "replica(s), but this is not consistent with previous partitions, "
+                                         "which have 2 replica(s)."), seq
+    assert sorted((r["topic"], r["partition"]) for r in out["partition_state"]) == [("t", 1), ("t", 6), ("u", 0)]
+    assert canonical(run_events(s.events, roundtrip_every=1)) == canonical(out)
+    assert canonical(run_bucketed(s.events, {}, 16, 1)) == canonical(out)
+
+
 @pytest.mark.parametrize("target, detail", [
     ([], "The manual partition assignment includes an empty replica list."),
     ([1, 2, 1], "The manual partition assignment includes the broker 1 more than once."),

@@ -218,3 +218,25 @@ def test_growing_a_shared_empty_in_place_stops_the_batch():
     finally:
         EMPTY.clear()
     assert cl.drain() is not None
+
+
+
+def test_topics_replication_factors_are_kept_and_older_state_has_none():
+    """Cluster.topic_rf travels in the cluster's head (its 12th field). State written before it
+    existed has 11: it reads with no factor, and the topic's next creation that succeeds sets one."""
+    from protocol.codec import cluster_in, cluster_out
+    from schemas.events import validate
+    s = S().up(1, 2)
+    s.create([1, 2])
+    u = S("u", 0)
+    u.events = s.events
+    u.create([1])
+    cfg = EngineConfig({})
+    cl = run_events(s.events, finish=False)["_cluster"]
+    assert cl.topic_rf == {"t": 2, "u": 1}
+    assert decode_cluster(encode_cluster(cl), cfg).topic_rf == {"t": 2, "u": 1}
+    older = cluster_in(cfg, cluster_out(cl)[:11])
+    assert older.topic_rf == {} and len(older.partitions) == 2
+    older.apply(validate({"seq": 100, "ts_ms": 0, "type": "CreatePartition", "topic": "t", "partition": 1,
+                          "replicas": [1]})[0])
+    assert older.topic_rf == {"t": 1} and ("t", 1) in older.partitions

@@ -154,11 +154,12 @@ def test_pending_registration_survives_state_encoding():
 
 
 def _routed(events, cfg, n_buckets, batch):
-    """The Spark engine's routing, in-process: partition rows reach only their bucket, broker-scoped
-    rows every bucket; each micro-batch ends with finish(stream time seen so far)."""
+    """The Spark engine's routing, in-process: partition rows reach only their bucket (a CreatePartition
+    the others as a foreign row), broker-scoped rows every bucket; each micro-batch ends with
+    finish(stream time seen so far)."""
     import zlib
 
-    from protocol.cluster import PARTITION_TYPES, Cluster
+    from protocol.cluster import PARTITION_TYPES, Cluster, creation_of
     from protocol.codec import decode_cluster, encode_cluster
     from protocol.config import EngineConfig
     from schemas.events import validate
@@ -176,6 +177,8 @@ def _routed(events, cfg, n_buckets, batch):
                   else Cluster(conf, emit_global=i == 0, owns=owns(i)))
             for ev in chunk:
                 if ev["type"] in PARTITION_TYPES and not cl.owns((ev["topic"], ev["partition"])):
+                    if ev["type"] == "CreatePartition":      # every bucket gets it (its topic's factor)
+                        cl.pass_foreign(ev["seq"], ev["ts_ms"], creation_of(ev))
                     continue
                 cl.apply(ev)
             cl.finish(seen)

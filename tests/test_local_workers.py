@@ -166,11 +166,14 @@ def test_killed_parallel_replay_restarts_to_the_same_tables(tmp_path):
     assert _progress(t) == _progress(ref)
 
 
-def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path):
+@pytest.mark.parametrize("creations", [False, True])
+def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path, creations):
     """A worker reads another worker's plain Parquet rows as Foreign (no dict, no validation: only
     the order check moves, Cluster.pass_foreign). Rows that go back in seq or time, rows past the
     time-jump limit and invalid rows sit among them, in every worker's partitions: the tables are
-    still the single process's, and the owner alone writes each rejection."""
+    still the single process's, and the owner alone writes each rejection. creations: partitions
+    added later, some not of their topic's replication factor; another worker's CreatePartition
+    comes as a Foreign row with its creation, from which each worker learns the topic's factor."""
     import random
 
     import pyarrow as pa
@@ -183,7 +186,7 @@ def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path):
 
     rnd = random.Random(11)
     rows = []
-    for ev in random_schedule(5, 600, partitions=6, brokers=4):
+    for ev in random_schedule(5, 600, partitions=6, brokers=4, creations=creations):
         r = dict(ev)
         x = rnd.random()
         if x < 0.04:
@@ -205,13 +208,19 @@ def test_foreign_plain_rows_skip_the_dict_and_keep_the_order_check(tmp_path):
     from jobs.buckets import owns_fn
     for k in range(2):
         cl = Cluster(cfg, owns=owns_fn(k, 2), sees_all=True)
-        kinds = [type(raw).__name__ for raw, _, _ in iter_raw_rows(s, foreign=cl.is_foreign, events=True)]
+        raws = [raw for raw, _, _ in iter_raw_rows(s, foreign=cl.is_foreign, events=True)]
+        kinds = [type(raw).__name__ for raw in raws]
         assert 100 < kinds.count(Foreign.__name__) < len(rows) - 100, k      # both kinds, in each worker
+        noted = [raw.creation for raw in raws if type(raw) is Foreign and raw.creation is not None]
+        assert noted and (len(noted) > 8) is creations and all(len(c[1]) >= 1 for c in noted), noted
 
     one = _assert_same(s, tmp_path, cfg, workers=(2, 3), batch_rows=70)
     reasons = [r["reason"] for r in read_table(str(tmp_path / "w1"), "rejected").to_pylist()]
     assert sum("seq" in r and "not after" in r for r in reasons) > 5, reasons[:5]
     assert one["rejected"] > 30
+    refused = [r for r in read_table(str(tmp_path / "w1"), "admin").to_pylist()
+               if "not consistent with previous partitions" in (r["detail"] or "")]
+    assert (len(refused) > 3) is creations, refused
 
 
 def test_a_stream_ending_on_a_batch_boundary_ends_with_that_batch(tmp_path):

@@ -89,10 +89,12 @@ def run_bucketed(events, config, n_buckets, batch):
 
 
 @settings(max_examples=20, deadline=None)
-@given(schedules, st.integers(1, 4), st.integers(1, 60))
-def test_bucketed_layout_matches_single_cluster(shape, n_buckets, batch):
+@given(schedules, st.integers(1, 4), st.integers(1, 60), st.booleans())
+def test_bucketed_layout_matches_single_cluster(shape, n_buckets, batch, creations):
+    """creations: partitions added later, some not of their topic's replication factor: a bucket
+    refuses those as the single cluster does, also when the topic's first partition is another's."""
     shape = dict(shape, partitions=3)
-    events = random_schedule(max_unclean=2, topics=2, **shape)
+    events = random_schedule(max_unclean=2, topics=2, creations=creations, **shape)
     assert canonical(run_events(events, SAFE)) == canonical(run_bucketed(events, SAFE, n_buckets, batch))
 
 

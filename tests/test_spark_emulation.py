@@ -31,7 +31,8 @@ def canon(out: dict) -> dict:
             for k, v in out.items() if not k.startswith("_") and v}
 
 
-CASES = [(seed, kw) for seed in range(1, 7) for kw in ({}, {"explicit_ap": True}, {"explicit_md": True})]
+CASES = [(seed, kw) for seed in range(1, 7)
+         for kw in ({}, {"explicit_ap": True}, {"explicit_md": True}, {"creations": True})]
 
 
 @pytest.mark.parametrize("seed,kw", CASES)

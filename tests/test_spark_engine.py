@@ -14,7 +14,7 @@ pytestmark = pytest.mark.spark
 
 # (seed, schedule options, files, [(max_files_per_trigger, shuffle partitions, buckets)])
 MATRIX = [
-    (11, {"partitions": 4, "topics": 2}, 12, [(None, 1, 16), (10, 8, 5), (1, 2, 3)]),
+    (11, {"partitions": 4, "topics": 2, "creations": True}, 12, [(None, 1, 16), (10, 8, 5), (1, 2, 3)]),
     (12, {"explicit_ap": True, "partitions": 3}, 5, [(1, 8, 4)]),
     (13, {"explicit_md": True, "partitions": 3}, 5, [(None, 8, 2), (10, 1, 16)]),
 ]

@@ -17,9 +17,12 @@ ERROR_MESSAGES = {
 }
 
 
-def assignment_error(brokers, replicas: list) -> str | None:
+def assignment_error(brokers, replicas: list, replication_factor: int | None = None) -> str | None:
     """ReplicationControlManager#validateManualPartitionAssignment (INVALID_REPLICA_ASSIGNMENT):
-    empty list; then, in ascending id order, an unregistered broker or a repeated one."""
+    empty list; then, in ascending id order, an unregistered broker or a repeated one; then, for a
+    new partition of a topic that has partitions (`replication_factor`, Cluster.topic_rf), a
+    replica count other than the topic's. A reassignment passes no replication factor (Kafka:
+    OptionalInt.empty())."""
     if not replicas:
         return "The manual partition assignment includes an empty replica list."
     prev = None
@@ -30,6 +33,9 @@ def assignment_error(brokers, replicas: list) -> str | None:
         if r == prev:
             return f"The manual partition assignment includes the broker {r} more than once."
         prev = r
+    if replication_factor is not None and len(replicas) != replication_factor:
+        return (f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+                f"this is not consistent with previous partitions, which have {replication_factor} replica(s).")
     return None
 
 
