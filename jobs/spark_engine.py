@@ -173,14 +173,20 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
     feeds its rows); a run stops after a row the core rejects. Rows the source already rejected go
     to `pre_rejected`; a core rejection whose raw row the source carried by position goes to
     `need_raw`, to be re-read from the stream files once per call."""
-    from .spark_source import chunk_events
+    from .spark_source import REJECTED, chunk_events, noted_creations, without_known_notes
+    items = without_known_notes(items, cl.topic_rf)
     evs = chunk_events(items)
     i, n = 0, len(items)
     while i < n:
         if done + 1 >= young.at:
             young.collect(done + 1)
         if evs[i] is None:
-            pre_rejected.append(items[i][1])
+            if items[i][0] == REJECTED:
+                pre_rejected.append(items[i][1])
+            else:                   # other buckets' creations: their topics' replication factors
+                notes = noted_creations(items[i], cl.topic_rf)
+                if notes:
+                    cl.apply_run(notes, 0, len(notes))
             done += 1
             i += 1
             continue

@@ -21,7 +21,7 @@ stream by file NAME; and the engine needs each row's exact stream position. This
   file whose seq / ts_ms columns are monotone needs only a vectorized check and the
   validation of its last rows; any other file is scanned without routing.
 * the pre-stage routing: partition-scoped rows go to their bucket (a CreatePartition also to
-  every other one, as a NOTE item: its topic's replication factor, Cluster.note_creation),
+  every other one, in a NOTES item: its topic's replication factor, Cluster.note_creation),
   broker-scoped rows and topic-wide AlterConfig to every bucket (the stateless explode), rows rejected here to
   the bucket of their partition (bucket 0 if none). Rows are packed: one output row per
   (bucket, chunk of input rows) holding a pickled list of items, so Spark moves a few
@@ -41,6 +41,7 @@ chunk), payload.
 """
 from __future__ import annotations
 
+import io
 import json
 import operator
 import os
@@ -60,8 +61,9 @@ from .streamio import VALUES, Plain, iter_file_rows, list_stream_files, row_to_j
 SCHEMA = "bucket int, pos long, et_ms long, n_in long, min_seq long, max_seq long, payload binary"
 FORMAT = "isrflow"
 CHUNK_ROWS = 50_000
-# a chunk item: a row to apply, a row the source rejected, or another bucket's CreatePartition
-APPLY, REJECTED, NOTE = 0, 1, 2
+# a chunk item: a row to apply, a row the source rejected, a run of other buckets' CreatePartition
+# rows (NOTES, _note_creation)
+APPLY, REJECTED, NOTES = 0, 1, 2
 
 
 class SourceError(RuntimeError):
@@ -94,7 +96,7 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
     cannot re-read a row by position, like Kafka, gives the core's rejections their raw text this way).
     max_jump: input.max.time.jump.ms, checked here for the whole stream (protocol.cluster.order_reject_reason)."""
     last_seq, max_ts = carry
-    buckets: dict[int, list] = {}
+    chunk = _Chunk(n_buckets)
     n_in, min_seq, max_seq, chunk_pos = 0, None, None, None
     all_b = range(n_buckets)
     bcache: dict = {}
@@ -106,14 +108,14 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
         return b
 
     def flush():
-        nonlocal buckets, n_in, min_seq, max_seq, chunk_pos
+        nonlocal chunk, n_in, min_seq, max_seq, chunk_pos
         first = True
+        buckets = chunk.done()
         for b in sorted(buckets):
-            items = buckets[b]
             yield (b, chunk_pos, max_ts + 1, n_in if first else 0, min_seq if first else None,
-                   max_seq if first else None, pack(items))
+                   max_seq if first else None, pack(buckets[b]))
             first = False
-        buckets = {}
+        chunk = _Chunk(n_buckets)
         n_in = 0
         min_seq = max_seq = None
         chunk_pos = None
@@ -134,7 +136,7 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
                 if route:
                     lo = {} if err is not None else loose(raw)
                     b = 0 if err is not None else loose_bucket(lo, n_buckets)
-                    buckets.setdefault(b, []).append((REJECTED, _rej(lo, row_to_json(raw, text), got[1])))
+                    chunk.put(b, (REJECTED, _rej(lo, row_to_json(raw, text), got[1])))
                 continue
             seq, ts, typ, topic, part, names, values = got
         if min_seq is None or seq < min_seq:
@@ -147,7 +149,7 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
             if route:
                 b = bucket_of(topic, part, n_buckets) if scoped else 0
                 key = {"topic": topic, "partition": part, "seq": seq, "ts_ms": ts}
-                buckets.setdefault(b, []).append((REJECTED, _rej(key, row_to_json(raw, text), why)))
+                chunk.put(b, (REJECTED, _rej(key, row_to_json(raw, text), why)))
         else:
             last_seq, max_ts = seq, ts
             if route:
@@ -156,26 +158,94 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
                 # bucket makes the event (chunk_events)
                 item = (APPLY, names, values, row_to_json(raw, text) if keep_raw else pos)
                 if scoped:
-                    buckets.setdefault(own := bucket(topic, part), []).append(item)
+                    chunk.put(own := bucket(topic, part), item)
                     if typ == "CreatePartition":
-                        _note_creation(buckets, own, all_b, names, values, seq, ts, topic)
+                        chunk.note(own, names, values, seq, ts, topic)
                 else:
                     for b in all_b:
-                        buckets.setdefault(b, []).append(item)
+                        chunk.put(b, item)
     if n_in:
         yield from flush()
     return (last_seq, max_ts)
 
 
-def _note_creation(buckets: dict, own: int, all_b, names, values, seq: int, ts: int, topic: str) -> None:
-    """A CreatePartition's note to every bucket but its own: (NOTE, seq, ts_ms, (topic, replicas,
-    config)), from which each learns the topic's replication factor (protocol.cluster.Foreign,
-    Cluster.note_creation). One tuple, shared by the buckets' lists."""
-    ev = dict(zip(names, values))
-    note = (NOTE, seq, ts, (topic, ev.get("replicas"), ev.get("config")))
-    for b in all_b:
-        if b != own:
-            buckets.setdefault(b, []).append(note)
+class _Chunk:
+    """One chunk's items per bucket (scan_rows), and the chunk's CreatePartition rows as notes for
+    the buckets that do not own them: each is pickled once, as (seq, ts_ms, topic, replicas, config),
+    and a bucket's notes since its previous item go before its next item (and at the chunk's end) as
+    one NOTES item: (NOTES, their topics, their pickles back to back). From the notes every bucket
+    learns each topic's replication factor (protocol.cluster.Foreign, Cluster.note_creation); one that
+    knows the factor of every topic in a NOTES item drops it unread (noted_creations): only a topic's
+    first creation that succeeds sets its factor. (With 100,000 creations over 16 buckets, a note item
+    per bucket and creation, each unpickled in its bucket, cost a 1M-row Spark replay ~9%.)"""
+
+    __slots__ = ("n_buckets", "items", "pickles", "topics", "upto")
+
+    def __init__(self, n_buckets: int):
+        self.n_buckets = n_buckets
+        self.items: dict[int, list] = {}
+        self.pickles: list[bytes] = []
+        self.topics: list[str] = []
+        self.upto: dict[int, int] = {}      # bucket -> the notes it has (or owns) so far
+
+    def put(self, b: int, item) -> None:
+        items = self.items.get(b)
+        if items is None:
+            items = self.items[b] = []
+        if self.pickles and self.upto.get(b, 0) < len(self.pickles):
+            self._notes(b, items)
+        items.append(item)
+
+    def _notes(self, b: int, items: list) -> None:
+        i, j = self.upto.get(b, 0), len(self.pickles)
+        items.append((NOTES, frozenset(self.topics[i:j]), b"".join(self.pickles[i:j])))
+        self.upto[b] = j
+
+    def note(self, own: int, names, values, seq: int, ts: int, topic: str) -> None:
+        """A CreatePartition that bucket `own` applies (put before): a note for the others."""
+        at = _CREATION_AT.get(names)
+        if at is None:
+            at = _CREATION_AT[names] = tuple(names.index(c) if c in names else None for c in ("replicas", "config"))
+        self.pickles.append(pickle.dumps((seq, ts, topic) + tuple(None if i is None else values[i] for i in at),
+                                         protocol=5))
+        self.topics.append(topic)
+        self.upto[own] = len(self.pickles)
+
+    def done(self) -> dict[int, list]:
+        """The items per bucket, each bucket's notes to the chunk's end included."""
+        if self.pickles:
+            for b in range(self.n_buckets):
+                if self.upto.get(b, 0) < len(self.pickles):
+                    self._notes(b, self.items.setdefault(b, []))
+        return self.items
+
+
+# a column layout's positions of replicas and config (a plain row's own columns, or EVENT_COLUMNS)
+_CREATION_AT: dict = {}
+
+
+def without_known_notes(items: list, known: dict) -> list:
+    """A chunk's items less its NOTES items whose topics all have a replication factor in the bucket
+    already (`known`: Cluster.topic_rf) as the chunk starts: dropped here, they do not cut the chunk's
+    runs of rows (Cluster.apply_run); the others are read as the bucket reaches them (noted_creations)."""
+    if not known:
+        return items
+    return [it for it in items if it[0] != NOTES or not all(t in known for t in it[1])]
+
+
+def noted_creations(item, known: dict) -> list:
+    """A NOTES item's notes as Foreign rows (protocol.cluster), in order; none when the bucket knows
+    the replication factor of every topic in it already (`known`: Cluster.topic_rf): the rows' place
+    in the stream order matters to no bucket but their own."""
+    if all(t in known for t in item[1]):
+        return []
+    buf = io.BytesIO(item[2])
+    load = pickle.Unpickler(buf).load
+    out = []
+    while buf.tell() < len(item[2]):
+        n = load()
+        out.append(Foreign(n[0], n[1], n[2:]))
+    return out
 
 
 # a validated row's values, every event column (EVENT_COLUMNS order)
@@ -194,15 +264,15 @@ def _validated(raw, err) -> tuple:
 
 
 def chunk_events(items: list) -> list:
-    """The events of a chunk's items, in order (scan_rows), None for a row the source rejected:
-    an applied row's (names, values) made into the event validate() gives for it (EVENT_COLUMNS
-    order, every column: schemas.events.plain_event_maker); another bucket's CreatePartition as a
-    Foreign row with its creation (Cluster.pass_foreign)."""
+    """The events of a chunk's items, in order (scan_rows): an applied row's (names, values) made
+    into the event validate() gives for it (EVENT_COLUMNS order, every column:
+    schemas.events.plain_event_maker); None for any other item (a row the source rejected, a NOTES
+    item: noted_creations), which the bucket handles itself."""
     out: list = []
     names = make = None
     for item in items:
         if item[0] != APPLY:
-            out.append(Foreign(item[1], item[2], item[3]) if item[0] == NOTE else None)
+            out.append(None)
             continue
         if item[1] is not names:
             names = item[1]

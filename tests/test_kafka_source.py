@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from jobs.kafka_source import load_carry, parse_value, record_rows, save_carry
-from jobs.spark_source import APPLY, NOTE, chunk_events, run_scan, scan_rows, unpack
+from jobs.spark_source import APPLY, NOTES, chunk_events, run_scan, scan_rows, unpack
 from jobs.streamio import iter_file_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def test_record_scan_routes_what_the_file_scan_routes(tmp_path):
         for x, y in zip(ia, ib):
             if x[0] == APPLY:
                 assert json.loads(y[3]) == json.loads(values[x[3] & 0xFFFFFFFF])
-            elif x[0] == NOTE:                  # another bucket's creation: the same note
+            elif x[0] == NOTES:                 # other buckets' creations: the same notes
                 assert x == y
             else:
                 re_loc = r"^(a\.jsonl|part-\d+\.jsonl line \d+|kafka \S+ offset \d+): "

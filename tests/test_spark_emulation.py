@@ -67,3 +67,25 @@ def test_order_reject_reason_matches_core():
         assert core == want[ev["seq"]]
         assert order_reject_reason("Tick", ev["seq"], ev["ts_ms"], last, mx) == want[ev["seq"]]
     assert order_reject_reason("Tick", 6, 10, 5, 10) is None
+
+
+def test_other_buckets_creations_come_as_notes_read_only_while_their_topic_has_no_factor(tmp_path):
+    """The source gives every bucket but its own each CreatePartition as a note, consecutive notes in one
+    NOTES item (jobs.spark_source._note_creation); a bucket reads them as Foreign rows with their creation
+    only while a topic in the item has no replication factor there (noted_creations)."""
+    from jobs.spark_source import NOTES, noted_creations, run_scan, unpack
+    from jobs.streamio import list_stream_files
+    from protocol.cluster import Foreign
+    stream, _ = make_stream(tmp_path / "s", 3, 300, n_files=2, partitions=5, topics=2, bad=False, creations=True)
+    creations = {}
+    for ev in (json.loads(line) for f in list_stream_files(stream) for line in f.read_text().splitlines()):
+        if ev["type"] == "CreatePartition":
+            creations[ev["seq"]] = (ev["topic"], ev["replicas"], None)
+    rows, _ = run_scan([(i, str(f)) for i, f in enumerate(list_stream_files(stream))], (0, 0), 4, chunk_rows=40)
+    groups = [it for r in rows for it in unpack(r[6]) if it[0] == NOTES]
+    assert len(groups) > 10
+    noted = [f for g in groups for f in noted_creations(g, {})]
+    assert all(type(f) is Foreign and creations[f.seq] == f.creation for f in noted)
+    assert len(noted) == 3 * len(creations)                     # each creation to the 3 other buckets
+    assert all(noted_creations(g, {t: 3 for t in g[1]}) == [] for g in groups)
+    assert any(len(g[1]) == 2 and noted_creations(g, {sorted(g[1])[0]: 3}) for g in groups)
