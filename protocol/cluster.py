@@ -20,7 +20,7 @@ from . import channels, lifecycle
 from .broker import fetch as _fetch
 from .broker import leader, storage
 from .cold import ColdPartitions
-from .config import ConfigError, EngineConfig, topic_config_error, validate_topic_config
+from .config import ConfigError, EngineConfig, merge_config, topic_config_error, validate_topic_config
 from .controller import admin, replication
 from .invariants import Invariants
 from .lifecycle import Reject
@@ -370,8 +370,18 @@ class Cluster:
         if self.sess_next is not None and ts >= self.sess_next:
             self.expire_sessions(ts)
         topic, replicas, config = creation
-        if self._creation_refusal(topic, -1, replicas, config)[0] is None:
-            self.topic_rf[topic] = len(replicas)
+        bad, cfg, _ = self._creation_refusal(topic, -1, replicas, config)
+        if bad is None:
+            self._first_creation(topic, len(replicas), cfg)
+
+    def _first_creation(self, topic: str, replicas: int, cfg: dict | None) -> None:
+        """The topic's first partition is created: its replica count is the topic's replication factor,
+        and its config the topic's (CreateTopics writes the request's configs as the TOPIC's
+        ConfigRecords: later partitions, CreatePartitions, take them; no partition of the topic has an
+        ELR to clear yet). In every cluster of a replay alike (note_creation)."""
+        self.topic_rf[topic] = replicas
+        if cfg:
+            merge_config(self.topic_cfg.setdefault(topic, {}), cfg)
 
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
@@ -474,7 +484,11 @@ class Cluster:
         bad, cfg, isr = self._creation_refusal(topic, part, replicas, ev.get("config"))
         if bad is not None:
             return self._create_refused(ev, *bad)
-        self.topic_rf.setdefault(topic, len(replicas))
+        if topic not in self.topic_rf:
+            self._first_creation(topic, len(replicas), cfg)
+            cfg = None
+        # a later partition's config is its own (isrflow's partition-level overrides: Kafka's
+        # CreatePartitions carries none)
         p = self._new_partition(topic, part, ts, cfg)
         self.begin(p, seq, ts)
         p.emit("admin", {"type": "CreatePartition", "broker": None, "result": "NONE", "detail": None})
@@ -489,7 +503,7 @@ class Cluster:
         None, the validated config, the initial ISR)."""
         cfg = None
         if config:
-            bad = topic_config_error(config)
+            bad = topic_config_error(config, creation=True)
             if bad:
                 return bad, None, None
             cfg = validate_topic_config(config)
@@ -590,12 +604,12 @@ class Cluster:
                 p.emit("admin", {"type": "AlterConfig", "broker": None, "result": err[0], "detail": err[1]})
             else:
                 changed = admin.min_isr_changed(self.config.elr, p.config, cfg)
-                p.config.update(cfg)
+                merge_config(p.config, cfg)
                 p.refresh_conf()
                 p.emit("admin", {"type": "AlterConfig", "broker": None, "result": "NONE", "detail": None})
                 if changed:
-                    replication.clear_elr(p, f"min.insync.replicas of {topic}-{p.partition} set to "
-                                             f"{cfg['min.insync.replicas']}")
+                    replication.clear_elr(p, f"min.insync.replicas of {topic}-{p.partition} "
+                                             f"{admin.min_isr_change_words(cfg)}")
             self.end(p)
             return
         if self.emit_global:
@@ -606,13 +620,13 @@ class Cluster:
             return
         tcfg = self.topic_cfg.setdefault(topic, {})
         changed = admin.min_isr_changed(self.config.elr, tcfg, cfg)
-        tcfg.update(cfg)
+        merge_config(tcfg, cfg)
         for key in self.topic_keys(topic):
             p = self.part(key)
             self.begin(p, ev["seq"], ev["ts_ms"])
             p.refresh_conf()
             if changed:
-                replication.clear_elr(p, f"min.insync.replicas of topic {topic} set to {cfg['min.insync.replicas']}")
+                replication.clear_elr(p, f"min.insync.replicas of topic {topic} {admin.min_isr_change_words(cfg)}")
             self.end(p)
 
     def _reassign(self, ev):

@@ -80,12 +80,16 @@ def parse_strategy(v: str) -> str:
     return _STRATEGIES[s]
 
 
-def validate_topic_config(cfg: dict[str, str]) -> dict[str, str]:
-    """Checks topic-level overrides; returns them normalized. Raises ConfigError."""
-    out = {}
+def validate_topic_config(cfg: dict) -> dict:
+    """Checks topic-level overrides; returns them normalized (a None value, an AlterConfig's
+    deletion, stays None: merge_config). Raises ConfigError."""
+    out: dict = {}
     for k, v in cfg.items():
         if k not in TOPIC_KEYS:
             raise ConfigError(f"{k} is not a topic-level config (topic-level: {', '.join(sorted(TOPIC_KEYS))})")
+        if v is None:
+            out[k] = None
+            continue
         if k == "min.insync.replicas":
             parse_int(k, v, 1)
         elif k == "unclean.leader.election.enable":
@@ -96,18 +100,35 @@ def validate_topic_config(cfg: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def topic_config_error(cfg: dict) -> tuple[str, str] | None:
+def merge_config(layer: dict, cfg: dict) -> None:
+    """Applies validated changes to a layer of overrides (a topic's, or one partition's): a value sets
+    its key, None deletes it (Kafka's incrementalAlterConfigs DELETE, a ConfigRecord with a null
+    value: the key falls back to the layer below, in the end the engine's default)."""
+    for k, v in cfg.items():
+        if v is None:
+            layer.pop(k, None)
+        else:
+            layer[k] = v
+
+
+def topic_config_error(cfg: dict, creation: bool = False) -> tuple[str, str] | None:
     """A topic config change Kafka's controller refuses -> (error, message) as Kafka answers it, or None.
     Messages: ConfigDef's ConfigException ("Invalid value V for configuration K: ..."; Range.atLeast:
     "Value must be at least N"; INT parse: "Not a number of type INT"; BOOLEAN parse: "Expected value
-    to be either true or false"), LogConfig#validateNames ("Unknown topic config name: K"),
-    ReplicationControlManager#computeConfigChanges ("Null value not supported for topic configs: K").
-    `unclean.recovery.strategy` is isrflow's (KIP-966) and keeps isrflow's message."""
+    to be either true or false"), LogConfig#validateNames ("Unknown topic config name: K").
+    `unclean.recovery.strategy` is isrflow's (KIP-966) and keeps isrflow's message.
+    creation (a CreatePartition's config, CreateTopics): a null value is refused before anything else,
+    ReplicationControlManager#computeConfigChanges (kafka-metadata 4.4.0): INVALID_CONFIG "Null value
+    not supported for topic configs: " and every null key, joined by ",". Otherwise (AlterConfig) a
+    null value deletes the key (merge_config) and needs no check."""
+    nulls = [k for k, v in cfg.items() if v is None]
+    if creation and nulls:
+        return "INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)
     for k, v in cfg.items():
-        if v is None:
-            return "INVALID_REQUEST", f"Null value not supported for topic configs: {k}"
         if k not in TOPIC_KEYS:
             return "INVALID_CONFIG", f"Unknown topic config name: {k}"
+        if v is None:
+            continue
         t = str(v).strip()
         if k == "min.insync.replicas":
             try:

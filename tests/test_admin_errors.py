@@ -209,3 +209,51 @@ def test_what_stays_rejected():
     assert "epoch going backwards" in rows(out, "rejected", seq=back)[0]["reason"]
     assert "replicas must be a list" in [r["reason"] for r in out["rejected"]][-1]
     assert not rows(out, "admin", seq=back) and not rows(out, "admin", seq=bad)
+
+
+def test_create_partition_null_config_values_are_refused_before_any_other_config_check():
+    """RCM#computeConfigChanges (kafka-metadata 4.4.0, before the names and values are validated):
+    INVALID_CONFIG "Null value not supported for topic configs: " and every null key, joined by ","."""
+    s = S().up(1, 2, 3)
+    both = s.create([1, 2, 3], config={"min.insync.replicas": None, "unclean.leader.election.enable": None})
+    first = s.create([1, 2, 3], config={"retention.ms": "1", "unclean.leader.election.enable": None})
+    out = run_events(s.events)
+    assert answer(out, both) == ("INVALID_CONFIG", "Null value not supported for topic configs: "
+                                                   "min.insync.replicas,unclean.leader.election.enable")
+    assert answer(out, first) == ("INVALID_CONFIG", "Null value not supported for topic configs: "
+                                                    "unclean.leader.election.enable")
+    assert not out["partition_state"]
+
+
+def test_a_topics_first_creation_sets_the_topics_config():
+    """CreateTopics writes the request's configs as the topic's ConfigRecords, and CreatePartitions
+    carries none: a topic's later partitions take the config of its first partition's creation (t-1:
+    min ISR 2, so fencing 3 then 2 leaves ELR [2]; the engine's default 1 would leave none). A later
+    creation's config stays that partition's own (t-2: min ISR 3). Deleting the topic's min ISR (an
+    AlterConfig null) brings t-0 and t-1 back to the default and leaves t-2's own; it clears their
+    ELRs (a ConfigRecord for min.insync.replicas). The same in Spark buckets (each partition in another)."""
+    from tests.engine_util import canonical
+    from tests.test_properties import run_bucketed
+    s = S().up(1, 2, 3)
+    p = {i: S("t", i) for i in range(3)}
+    for x in p.values():
+        x.events = s.events
+    p[0].create([1, 2, 3], config={"min.insync.replicas": "2"})
+    p[1].create([1, 2, 3])
+    p[2].create([1, 2, 3], config={"min.insync.replicas": "3"})
+    s.at(100).fence(3)
+    s.fence(2)
+    deleted = s.at(200).add(type="AlterConfig", topic="t", config={"min.insync.replicas": None})
+    again = s.at(300).add(type="AlterConfig", topic="t", config={"min.insync.replicas": None})
+    cfg = {"min.insync.replicas": "1"}
+    out = run_events(s.events, cfg)
+    before = {r["partition"]: r["elr"] for r in rows(out, "metadata_log") if r["seq"] < deleted}
+    assert before[1] == [2] and before[2] == [2, 3]
+    assert answer(out, deleted) == answer(out, again) == ("NONE", None)
+    cleared = rows(out, "metadata_log", seq=deleted)
+    assert [(r["partition"], r["cause"], r["elr"]) for r in cleared] == [(0, "ClearElr", []), (1, "ClearElr", []),
+                                                                          (2, "ClearElr", [])]
+    assert not rows(out, "metadata_log", seq=again)           # nothing left to delete: no record
+    cl = out["_cluster"]
+    assert [cl.partitions[("t", i)].conf.min_isr for i in range(3)] == [1, 1, 3]
+    assert canonical(run_bucketed(s.events, cfg, 16, 2)) == canonical(out)

@@ -44,6 +44,13 @@ def initial_isr(brokers, replicas: list) -> list:
     return [r for r in replicas if not brokers[r].fenced and not brokers[r].in_cs]
 
 
+def min_isr_change_words(new: dict) -> str:
+    """How a ClearElr row's detail names the change: "set to N", or "deleted" (back to the layer
+    below: a DELETE, a ConfigRecord with a null value)."""
+    v = new["min.insync.replicas"]
+    return "deleted" if v is None else f"set to {v}"
+
+
 def min_isr_changed(elr_on: bool, old: dict, new: dict) -> bool:
     """Does this config change write a CLEAR_ELR_RECORD? ConfigurationControlManager
     #incrementalAlterConfigResource writes a topic CONFIG_RECORD only when the value changes
