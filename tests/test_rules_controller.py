@@ -290,10 +290,13 @@ def test_any_brokers_unfence_elects_every_leaderless_partition_it_can():
     u = S("u", 0)
     u.events = s.events
     u.create([1, 2])
+    v = S("v", 0)                            # as t-0, but its topic never allows unclean election
+    v.events = s.events
+    v.create([1, 2, 3])
     s.at(1000).fence(2)
     s.fence(3)
-    last_u = s.fence(1)                      # ELR off: both leaderless, ISR [1]
-    s.at(2000).unfence(3)                    # 3 is not in t-0's ISR: no clean candidate
+    last_u = s.fence(1)                      # ELR off: all leaderless, ISR [1]
+    last_v = s.at(2000).unfence(3)           # 3 is not in t-0's (or v-0's) ISR: no clean candidate
     s.register(4)
     s.at(10_000).alter_config(unclean_leader_election_enable="true")
     unfence4 = s.at(20_000).unfence(4)
@@ -304,18 +307,23 @@ def test_any_brokers_unfence_elects_every_leaderless_partition_it_can():
         assert (m["leader"], m["isr"], m["leader_recovery_state"]) == (3, [3], "RECOVERING")
         e = last(out, "elections", topic="t", seq=unfence4)
         assert (e["election"], e["new_leader"], e["ts_ms"]) == ("UNCLEAN", 3, 20_000)
-        assert not rows(out, "metadata_log", topic="u", seq=unfence4)
-        (ust,) = [r for r in out["partition_state"] if r["topic"] == "u"]
-        assert (ust["leader"], ust["seq"]) == (-1, last_u)
+        # u-0 has no live replica; v-0 has one (3) that no election of its topic may take: neither
+        # is visited (no row; each state row keeps the seq of the last row that reached it)
+        for topic, seq in (("u", last_u), ("v", last_v)):
+            assert not rows(out, "metadata_log", topic=topic, seq=unfence4)
+            (st,) = [r for r in out["partition_state"] if r["topic"] == topic]
+            assert (st["leader"], st["seq"]) == (-1, seq), topic
     # in a bucket, only the leaderless partitions with an acceptable replica are decoded for it:
-    # u-0 stays in its columns (its hosts, read there, are all fenced)
+    # u-0 stays in its columns (its hosts, read there, are all fenced); v-0 is decoded (3 is up)
+    # and left as it was
     from protocol.codec import decode_cluster, encode_cluster
     from protocol.config import EngineConfig
     from schemas.events import validate
     before = run_events(s.events[:-1], cfg, finish=False)["_cluster"]
     bucket = decode_cluster(encode_cluster(before), EngineConfig(cfg))
     bucket.apply(validate(s.events[-1])[0])
-    assert set(bucket.partitions) == {("t", 0)} and bucket.partitions[("t", 0)].leader == 3
+    assert set(bucket.partitions) == {("t", 0), ("v", 0)} and bucket.partitions[("t", 0)].leader == 3
+    assert bucket.partitions[("v", 0)].leader == -1 and ("v", 0) not in bucket.touched
 
 
 def test_periodic_unclean_election_fires_on_an_event_exactly_at_its_time():
