@@ -157,7 +157,8 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     cl.last_seq, cl.max_ts, cl.applied, cl.rejected = t[6:10]
     cl.reg_base = {int(k): BrokerReg(*v) for k, v in t[10].items()}
     # state written before topics had a replication factor (2026-11-29) has none: a topic's next
-    # creation that succeeds sets it
+    # creation that succeeds sets it, as the topic's first would (and, with a config, the topic's
+    # config: Cluster._first_creation)
     cl.topic_rf = dict(t[11]) if len(t) > 11 else {}
     cl.set_sess_next()
     return cl
