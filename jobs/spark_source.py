@@ -224,20 +224,25 @@ class _Chunk:
 _CREATION_AT: dict = {}
 
 
+def _known(notes, known: dict) -> bool:
+    """Whether every topic of a NOTES item has its replication factor in `known` (Cluster.topic_rf)."""
+    return all(t in known for t in notes[1])
+
+
 def without_known_notes(items: list, known: dict) -> list:
     """A chunk's items less its NOTES items whose topics all have a replication factor in the bucket
     already (`known`: Cluster.topic_rf) as the chunk starts: dropped here, they do not cut the chunk's
     runs of rows (Cluster.apply_run); the others are read as the bucket reaches them (noted_creations)."""
     if not known:
         return items
-    return [it for it in items if it[0] != NOTES or not all(t in known for t in it[1])]
+    return [it for it in items if it[0] != NOTES or not _known(it, known)]
 
 
 def noted_creations(item, known: dict) -> list:
     """A NOTES item's notes as Foreign rows (protocol.cluster), in order; none when the bucket knows
     the replication factor of every topic in it already (`known`: Cluster.topic_rf): the rows' place
     in the stream order matters to no bucket but their own."""
-    if all(t in known for t in item[1]):
+    if _known(item, known):
         return []
     buf = io.BytesIO(item[2])
     load = pickle.Unpickler(buf).load

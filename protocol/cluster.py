@@ -82,13 +82,6 @@ class Foreign:
         self.ts_ms = ts_ms
         self.creation = creation
 
-    def __eq__(self, other: object) -> bool:       # a value: two readers' rows compare
-        return isinstance(other, Foreign) and (self.seq, self.ts_ms, self.creation) == (
-            other.seq, other.ts_ms, other.creation)
-
-    def __repr__(self) -> str:
-        return f"Foreign({self.seq}, {self.ts_ms}, {self.creation!r})"
-
 
 def creation_of(ev: dict) -> tuple:
     """A CreatePartition's (topic, replicas, config): what another cluster needs of it (Foreign)."""
@@ -367,8 +360,7 @@ class Cluster:
         creation succeeds (its owner decides with the same broker registry and the same checks,
         _creation_refusal, at the same place in the stream: sessions expired up to its time), its
         replica count is the topic's replication factor here too."""
-        if self.sess_next is not None and ts >= self.sess_next:
-            self.expire_sessions(ts)
+        self.expire_due(ts)
         topic, replicas, config = creation
         bad, cfg, _ = self._creation_refusal(topic, -1, replicas, config)
         if bad is None:
@@ -386,8 +378,7 @@ class Cluster:
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
         ts = self.max_ts if ts is None else ts
-        if self.sess_next is not None and ts >= self.sess_next:
-            self.expire_sessions(ts)
+        self.expire_due(ts)
         keys = list(self.partitions)
         if self.cold:
             # a cold partition is unchanged since it was encoded, so no timer of it is due before the
@@ -432,6 +423,12 @@ class Cluster:
 
     def expire_sessions(self, ts: int) -> None:
         lifecycle.expire_sessions(self, ts)
+
+    def expire_due(self, ts: int) -> None:
+        """The broker sessions that expire by ts, if any does (apply has the same test inline: every
+        row passes there)."""
+        if self.sess_next is not None and ts >= self.sess_next:
+            self.expire_sessions(ts)
 
     def frame(self, p: Partition, seq: int, ts: int, timer: bool) -> None:
         """Row context for p: an event (begin), or a broker-session timer at ts, whose rows carry

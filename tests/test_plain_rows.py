@@ -288,7 +288,6 @@ def test_the_spark_scan_routes_the_same_events_and_rejections_with_plain_rows_re
     scan_rows / chunk_events); without the batch check every row is validated and ships every event
     column. Both give each bucket the same events (key order included) and the same rejected rows."""
     from jobs.spark_source import chunk_events, run_scan, unpack
-    from protocol.cluster import Foreign
     schema, rows = case
     path = tmp_path_factory.mktemp("scan") / "part-00000.parquet"
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
@@ -308,8 +307,7 @@ def test_the_spark_scan_routes_the_same_events_and_rejections_with_plain_rows_re
     monkeypatch.setattr(sio, "PLAIN_ROWS", True)
     assert fast == slow
     for _b, ev, _x in fast[1]:
-        # another bucket's creation comes as a Foreign row with its creation (the same either way: above)
-        assert ev is None or type(ev) is Foreign or list(ev) == list(E.EVENT_COLUMNS)
+        assert ev is None or list(ev) == list(E.EVENT_COLUMNS)
 
 
 @st.composite
