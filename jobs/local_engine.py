@@ -44,34 +44,76 @@ def fingerprint(stream, config: EngineConfig, engine: str) -> str:
 # A young collection still walks every object allocated since the last one that is alive at that
 # moment (the batch's output rows, new partitions): at 100k partitions, one every 32k rows cost the
 # core 13-23% of its time and found no garbage after the first. So the interval adapts: it starts
-# at _YOUNG_ROWS and doubles (up to _YOUNG_MAX) after each collection that freed nothing; one that
-# frees a cycle sets it back, so a stream that makes cycles keeps them collected every 32k rows.
+# at _YOUNG_ROWS and doubles (up to _YOUNG_MAX) after each collection that found (next to) no
+# garbage; one that finds some sets it back, so a stream that makes cycles keeps them collected
+# every 32k rows.
 _YOUNG_ROWS = 1 << 15
 _YOUNG_MAX = 1 << 22
+# Even walked once, new partitions cost: the creation of 100k partitions left ~3M objects for the
+# young collections to walk (0.8 s of a 10 s replay) only to find them all alive. So while the
+# collections find no garbage, every other point of the schedule freezes instead (gc.freeze(): the
+# young objects move, unwalked, to the permanent generation, which no collection walks), and the
+# point _YOUNG_ROWS rows after a freeze collects: a sample of the rows since, which decides whether
+# the next point may freeze again. Reference counting still frees frozen objects; only a cycle
+# made before a freeze and dead after it waits, until the loop ends (replay_gc unfreezes) or until
+# a sample finds garbage: then everything is unfrozen and collected once (a full walk) and this
+# schedule never freezes again, as before this rule. "No garbage" is fewer than one object freed
+# in _CLEAN_RATIO walked (gc.get_count()[0] before the collection), so a frozen cycle is expected
+# to hold under 0.1% of what a freeze moved; the first collection of a replay frees a few dozen
+# objects of the start-up among ~1M.
+_CLEAN_RATIO = 1000
 # rows taken from the reader at a time (LocalEngine.feed_rows): long runs for the core, little memory
 _CHUNK_ROWS = 4096
+# whether a YoungGC may freeze now: set by the innermost replay_gc that found nothing frozen (it
+# unfreezes at its end what was frozen during it), so no freeze outlives the loop it was made in
+_FREEZE_OK = [False]
 
 
 class YoungGC:
     """The young-collection schedule of a replay loop that runs with automatic GC off (replay_gc;
-    see _YOUNG_ROWS): `at` is the input row before which the next young collection runs, and
-    `every` the interval, doubled after a collection that freed nothing. The in-process engine
-    (LocalEngine) and each bucket call of the Spark engine (jobs.spark_engine.process_bucket) keep
-    one each."""
+    see _YOUNG_ROWS): `at` is the input row before which the next young collection runs, `every`
+    the interval, doubled after a collection that found no garbage, and `freeze_next` whether that
+    point freezes instead of collecting (see _CLEAN_RATIO); `frozen` whether this schedule froze
+    since its last collection that found garbage, and `may_freeze` false once such a collection
+    followed a freeze. The in-process engine (LocalEngine) and each bucket call of the Spark engine
+    (jobs.spark_engine.process_bucket) keep one each."""
 
-    __slots__ = ("every", "at")
+    __slots__ = ("every", "at", "freeze_next", "frozen", "may_freeze")
 
     def __init__(self) -> None:
         self.every = _YOUNG_ROWS
         self.at = _YOUNG_ROWS
+        self.freeze_next = False
+        self.frozen = False
+        self.may_freeze = True
 
     def collect(self, row: int) -> int:
-        """The young collection before input row `row`; sets the next one's row. Returns the objects
-        freed (0 when automatic GC is on: then the interpreter collects by itself)."""
-        freed = 0
-        if not gc.isenabled():
-            freed = gc.collect(1)
-            self.every = _YOUNG_ROWS if freed else min(self.every * 2, _YOUNG_MAX)
+        """The young collection (or freeze) before input row `row`; sets the next one's row.
+        Returns the objects freed (0 after a freeze, and when automatic GC is on: then the
+        interpreter collects by itself)."""
+        if gc.isenabled():
+            self.at = row + self.every
+            return 0
+        if self.freeze_next and _FREEZE_OK[0]:
+            gc.freeze()
+            self.frozen = True
+            self.freeze_next = False
+            self.at = row + _YOUNG_ROWS        # the sample that judges the rows after the freeze
+            return 0
+        young = gc.get_count()[0]
+        freed = gc.collect(1)
+        if freed * _CLEAN_RATIO <= young:
+            self.every = min(self.every * 2, _YOUNG_MAX)
+            self.freeze_next = self.may_freeze
+        else:
+            if self.frozen and gc.get_freeze_count():
+                # cycles made before a freeze may be dead in the permanent generation: one full walk
+                gc.unfreeze()
+                freed += gc.collect()
+                self.may_freeze = False
+            self.frozen = False
+            self.every = _YOUNG_ROWS
+            self.freeze_next = False
         self.at = row + self.every
         return freed
 
@@ -84,12 +126,19 @@ class YoungGC:
 @contextmanager
 def replay_gc():
     """Automatic GC off for the duration of a replay loop (restored after), see above; the Spark
-    source's scan runs under it too (jobs.spark_source)."""
+    source's scan runs under it too (jobs.spark_source). Young collections may freeze objects during
+    it only if nothing was frozen when it began; what they froze is unfrozen at its end."""
     was = gc.isenabled()
     gc.disable()
+    outer = _FREEZE_OK[0]
+    mine = gc.get_freeze_count() == 0
+    _FREEZE_OK[0] = mine
     try:
         yield
     finally:
+        _FREEZE_OK[0] = outer
+        if mine and gc.get_freeze_count():
+            gc.unfreeze()
         if was:
             gc.enable()
 

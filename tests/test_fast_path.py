@@ -192,10 +192,11 @@ def test_broker_index_is_every_partitions_hosts(seed):
             _check_index(cl)
 
 
-def test_young_collections_back_off_only_while_they_free_nothing():
+def test_young_collections_back_off_only_while_they_find_no_garbage():
     """jobs.local_engine: with automatic GC off, the replay loop collects the young generations
-    itself; the interval doubles after a collection that freed nothing and falls back to
-    _YOUNG_ROWS after one that freed a cycle, so cycles made by the rows are still collected."""
+    itself; the interval doubles after a collection that found no garbage and falls back to
+    _YOUNG_ROWS after one that freed a cycle, so cycles made by the rows are still collected.
+    (Freezing off here: the next test.)"""
     import gc
 
     from jobs import local_engine as le
@@ -203,6 +204,7 @@ def test_young_collections_back_off_only_while_they_free_nothing():
     eng = le.LocalEngine(EngineConfig({}))
     with le.replay_gc():
         gc.collect()
+        eng.young.may_freeze = False
         assert eng.collect_young() == 0
         assert eng.young.every == 2 * le._YOUNG_ROWS
         assert eng.collect_young() == 0
@@ -217,12 +219,127 @@ def test_young_collections_back_off_only_while_they_free_nothing():
         assert eng.collect_young() >= 2
         assert eng.young.every == le._YOUNG_ROWS
         assert eng.young.at == eng.input_rows + le._YOUNG_ROWS
+        # a cycle among many live young objects is "no garbage" (_CLEAN_RATIO): the interval grows
+        live = [[i] for i in range(4 * le._CLEAN_RATIO)]
+        a, b = [], []
+        a.append(b)
+        b.append(a)
+        del a, b
+        assert eng.collect_young() == 2
+        assert eng.young.every == 2 * le._YOUNG_ROWS
+        del live
         # feed() collects when input_rows reaches young.at
         eng.young.at = eng.input_rows + 1
         eng.feed({"seq": 1, "ts_ms": 0, "type": "BrokerRegister", "broker": 1, "broker_epoch": 1}, None, None)
-        assert eng.young.at == eng.input_rows + 2 * le._YOUNG_ROWS
+        assert eng.young.at == eng.input_rows + 4 * le._YOUNG_ROWS
         assert eng.input_rows == 1
     assert gc.isenabled()
+
+
+class _Node:
+    """A cycle's member that a weak reference can watch."""
+
+    def __init__(self) -> None:
+        self.other: _Node | None = None
+
+
+def _dead_cycle():
+    """A weak reference to a two-node cycle that nothing else holds."""
+    import weakref
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    return weakref.ref(a)
+
+
+def test_young_collections_freeze_every_other_point_while_they_find_no_garbage():
+    """jobs.local_engine.YoungGC: after a collection that found no garbage the next point freezes
+    (the young objects go, unwalked, to the permanent generation) and the point _YOUNG_ROWS rows
+    later collects again, as a sample; a cycle frozen while dead stays until a sample finds garbage,
+    which unfreezes and collects everything, the frozen cycle too, and ends the freezing; replay_gc
+    unfreezes at its end."""
+    import gc
+
+    from jobs import local_engine as le
+
+    assert gc.get_freeze_count() == 0
+    eng = le.LocalEngine(EngineConfig({}))
+    y = eng.young
+    with le.replay_gc():
+        gc.collect()
+        assert eng.collect_young() == 0 and y.freeze_next and not y.frozen
+        live = [[i] for i in range(1000)]
+        frozen_cycle = _dead_cycle()
+        every, row = y.every, eng.input_rows
+        assert eng.collect_young() == 0                        # the freeze: nothing walked
+        assert gc.get_freeze_count() >= 1000 and y.frozen and not y.freeze_next
+        assert y.at == row + le._YOUNG_ROWS and y.every == every
+        gc.collect(1)
+        assert frozen_cycle() is not None, "a young collection walked the frozen objects"
+        assert eng.collect_young() == 0 and y.freeze_next       # the sample: clean, so freeze again
+        assert y.every == 2 * every
+        assert eng.collect_young() == 0 and gc.get_freeze_count() >= 1000
+        _dead_cycle()                                           # garbage in the next sample
+        assert eng.collect_young() >= 4                         # both cycles, the frozen one too
+        assert frozen_cycle() is None
+        assert gc.get_freeze_count() == 0 and not y.may_freeze and not y.frozen
+        assert y.every == le._YOUNG_ROWS and not y.freeze_next
+        assert eng.collect_young() == 0 and not y.freeze_next   # no freeze again: it collects
+        assert eng.collect_young() == 0 and gc.get_freeze_count() == 0
+        del live
+    assert gc.isenabled()
+
+    # what a loop froze is unfrozen at its end; a nested loop, which finds the heap frozen, neither
+    # freezes nor unfreezes
+    eng = le.LocalEngine(EngineConfig({}))
+    with le.replay_gc():
+        eng.young.freeze_next = True
+        eng.collect_young()
+        n = gc.get_freeze_count()
+        assert n > 0
+        with le.replay_gc():
+            inner = le.YoungGC()
+            inner.freeze_next = True
+            inner.collect(1)
+            assert inner.frozen is False and 0 < gc.get_freeze_count() <= n   # (frozen objects may die)
+            # the inner loop's clean collection (with freezing not allowed) left freeze_next set;
+            # one that finds garbage clears it, so the next point collects again
+            _dead_cycle()
+            assert inner.collect(2) >= 2 and not inner.freeze_next
+        assert 0 < gc.get_freeze_count() <= n
+        eng.young.freeze_next = True                # the outer loop may freeze again
+        eng.collect_young()
+        assert not eng.young.freeze_next and eng.young.at == eng.input_rows + le._YOUNG_ROWS
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+
+    # a schedule that froze in an ended loop (a Spark worker's, kept across bucket calls) knows that
+    # its freeze is undone: garbage found in the next loop needs no full walk and ends no freezing
+    assert eng.young.frozen
+    with le.replay_gc():
+        _dead_cycle()
+        assert eng.collect_young() >= 2
+        assert eng.young.may_freeze and not eng.young.frozen
+    # no freeze outside a replay loop, even with automatic GC off
+    gc.disable()
+    try:
+        y = le.YoungGC()
+        y.freeze_next = True
+        y.collect(1)
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+    # a heap frozen before the loop (jobs.cli.entry's at the process's end) is left frozen
+    gc.freeze()
+    try:
+        n = gc.get_freeze_count()
+        with le.replay_gc():
+            y = le.YoungGC()
+            y.freeze_next = True
+            y.collect(1)
+            assert not y.frozen
+        assert 0 < gc.get_freeze_count() <= n
+    finally:
+        gc.unfreeze()
 
 
 def test_console_script_exits_without_walking_the_heap(monkeypatch, capsys):
