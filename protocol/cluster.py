@@ -20,7 +20,7 @@ from . import channels, lifecycle
 from .broker import fetch as _fetch
 from .broker import leader, storage
 from .cold import ColdPartitions
-from .config import ConfigError, EngineConfig, merge_config, topic_config_error, validate_topic_config
+from .config import ConfigError, EngineConfig, checked_topic_config, merge_config, validate_topic_config
 from .controller import admin, replication
 from .invariants import Invariants
 from .lifecycle import Reject
@@ -500,10 +500,9 @@ class Cluster:
         None, the validated config, the initial ISR)."""
         cfg = None
         if config:
-            bad = topic_config_error(config, creation=True)
+            bad, cfg = checked_topic_config(config, creation=True)
             if bad:
                 return bad, None, None
-            cfg = validate_topic_config(config)
         wrong = admin.assignment_error(self.brokers, replicas, self.topic_rf.get(topic))
         if wrong:
             return ("INVALID_REPLICA_ASSIGNMENT", wrong), None, None
@@ -586,12 +585,7 @@ class Cluster:
         topic = ev["topic"]
         if not topic:
             raise Reject("AlterConfig needs a topic")
-        bad = topic_config_error(ev.get("config") or {})
-        if bad:
-            cfg = None
-            err = bad
-        else:
-            cfg = validate_topic_config(ev.get("config") or {})
+        err, cfg = checked_topic_config(ev.get("config") or {})
         if ev.get("partition") is not None:
             if not self.has((topic, ev["partition"])):
                 return self._unknown_partition(ev, "AlterConfig", f"No such partition as {topic}-{ev['partition']}")

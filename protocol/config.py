@@ -6,6 +6,7 @@ overridden per topic or partition (AlterConfig); the rest are engine-wide.
 from __future__ import annotations
 
 from .messages import ONLINE, UNCLEAN
+from .topic_configs import kafka_config_error
 
 # The one list of engine defaults. conf/engine.properties ships the same keys and values (the
 # protocol core reads no files); tests/test_rules_config.py fails if the two drift apart.
@@ -80,24 +81,27 @@ def parse_strategy(v: str) -> str:
     return _STRATEGIES[s]
 
 
-def validate_topic_config(cfg: dict) -> dict:
-    """Checks topic-level overrides; returns them normalized (a None value, an AlterConfig's
-    deletion, stays None: merge_config). Raises ConfigError."""
-    out: dict = {}
-    for k, v in cfg.items():
-        if k not in TOPIC_KEYS:
-            raise ConfigError(f"{k} is not a topic-level config (topic-level: {', '.join(sorted(TOPIC_KEYS))})")
-        if v is None:
-            out[k] = None
-            continue
-        if k == "min.insync.replicas":
-            parse_int(k, v, 1)
-        elif k == "unclean.leader.election.enable":
-            parse_bool(k, v)
-        else:
-            parse_strategy(v)
-        out[k] = str(v).strip()
-    return out
+def validate_topic_config(cfg: dict, strict: bool = False) -> dict:
+    """Checks a topic config (names -> values; None: an AlterConfig's deletion) and returns the keys
+    isrflow models (TOPIC_KEYS), stripped, None kept (merge_config). Every other key of Kafka 4.4.0's
+    is checked as its controller checks it and then dropped (protocol.topic_configs: Kafka's order
+    and messages; "Unknown topic config name: K" for a name Kafka does not know), and
+    `unclean.recovery.strategy`, isrflow's (KIP-966), by parse_strategy, last. A None value is no
+    error whatever its key: Kafka validates the config a change leaves, so deleting a key that is not
+    set changes nothing. strict=False (the engine's own config, a recorded PartitionRecord's) reads
+    unclean.leader.election.enable as parse_bool does (1/0, yes/no too); strict, as Kafka's ConfigDef
+    (true or false, any case). Raises ConfigError."""
+    kafka = {k: v for k, v in cfg.items() if v is not None and k != "unclean.recovery.strategy"}
+    unclean = kafka.get("unclean.leader.election.enable")
+    if not strict and unclean is not None:
+        kafka["unclean.leader.election.enable"] = str(parse_bool("unclean.leader.election.enable", unclean)).lower()
+    bad = kafka_config_error(kafka)
+    if bad is not None:
+        raise ConfigError(bad)
+    strategy = cfg.get("unclean.recovery.strategy")
+    if strategy is not None:
+        parse_strategy(strategy)
+    return {k: None if v is None else str(v).strip() for k, v in cfg.items() if k in TOPIC_KEYS}
 
 
 def merge_config(layer: dict, cfg: dict) -> None:
@@ -111,41 +115,21 @@ def merge_config(layer: dict, cfg: dict) -> None:
             layer[k] = v
 
 
-def topic_config_error(cfg: dict, creation: bool = False) -> tuple[str, str] | None:
-    """A topic config change Kafka's controller refuses -> (error, message) as Kafka answers it, or None.
-    Messages: ConfigDef's ConfigException ("Invalid value V for configuration K: ..."; Range.atLeast:
-    "Value must be at least N"; INT parse: "Not a number of type INT"; BOOLEAN parse: "Expected value
-    to be either true or false"), LogConfig#validateNames ("Unknown topic config name: K").
-    `unclean.recovery.strategy` is isrflow's (KIP-966) and keeps isrflow's message.
+def checked_topic_config(cfg: dict, creation: bool = False) -> tuple[tuple[str, str] | None, dict | None]:
+    """A topic config change as Kafka's controller judges it: (None, the config normalized by
+    validate_topic_config, strict), or ((error, message) as Kafka answers it, None): INVALID_CONFIG
+    with validate_topic_config's message.
     creation (a CreatePartition's config, CreateTopics): a null value is refused before anything else,
     ReplicationControlManager#computeConfigChanges (kafka-metadata 4.4.0): INVALID_CONFIG "Null value
     not supported for topic configs: " and every null key, joined by ",". Otherwise (AlterConfig) a
     null value deletes the key (merge_config) and needs no check."""
     nulls = [k for k, v in cfg.items() if v is None]
     if creation and nulls:
-        return "INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)
-    for k, v in cfg.items():
-        if k not in TOPIC_KEYS:
-            return "INVALID_CONFIG", f"Unknown topic config name: {k}"
-        if v is None:
-            continue
-        t = str(v).strip()
-        if k == "min.insync.replicas":
-            try:
-                n = int(t)
-            except ValueError:
-                return "INVALID_CONFIG", f"Invalid value {v} for configuration {k}: Not a number of type INT"
-            if n < 1:
-                return "INVALID_CONFIG", f"Invalid value {v} for configuration {k}: Value must be at least 1"
-        elif k == "unclean.leader.election.enable":
-            if t.lower() not in ("true", "false"):
-                return "INVALID_CONFIG", f"Invalid value {v} for configuration {k}: Expected value to be either true or false"
-        else:
-            try:
-                parse_strategy(t)
-            except ConfigError as e:
-                return "INVALID_CONFIG", str(e)
-    return None
+        return ("INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)), None
+    try:
+        return None, validate_topic_config(cfg, strict=True)
+    except ConfigError as e:
+        return ("INVALID_CONFIG", str(e)), None
 
 
 def effective_min_isr(min_isr: int, n_replicas: int) -> int:

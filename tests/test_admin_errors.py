@@ -53,17 +53,25 @@ def test_create_partition_all_fenced_and_existing():
 
 
 def test_create_partition_config_is_checked_before_the_assignment():
+    """Every topic config of Kafka 4.4.0 is checked as its controller checks it (protocol.topic_configs,
+    held against the real LogConfig by tests/test_kafka44_topic_configs.py): Kafka's first bad key in
+    LogConfig's order, whatever the request's; a valid one isrflow does not model is accepted."""
     s = S().up(1)
     seq = s.create([1, 1], config={"min.insync.replicas": "0"})
-    seq2 = s.create([1], config={"retention.ms": "1000"})
+    seq2 = s.create([1], config={"no.such.config": "1000"})
     seq3 = s.create([1], config={"unclean.leader.election.enable": "maybe"})
+    seq4 = s.create([1], config={"retention.ms": "-2", "segment.bytes": "x"})
+    ok = s.create([1], config={"retention.ms": "1000", "cleanup.policy": "compact, delete", "min.insync.replicas": "1"})
     out = run_events(s.events)
     assert answer(out, seq) == ("INVALID_CONFIG", "Invalid value 0 for configuration min.insync.replicas: "
                                                   "Value must be at least 1")
-    assert answer(out, seq2) == ("INVALID_CONFIG", "Unknown topic config name: retention.ms")
+    assert answer(out, seq2) == ("INVALID_CONFIG", "Unknown topic config name: no.such.config")
     assert answer(out, seq3) == ("INVALID_CONFIG", "Invalid value maybe for configuration "
                                                    "unclean.leader.election.enable: Expected value to be either "
                                                    "true or false")
+    assert answer(out, seq4) == ("INVALID_CONFIG", "Invalid value x for configuration segment.bytes: "
+                                                   "Not a number of type INT")
+    assert answer(out, ok) == ("NONE", None)
 
 
 def test_create_partition_must_have_its_topics_replication_factor():
@@ -179,6 +187,27 @@ def test_alter_config_answers():
     assert answer(out, bad) == ("INVALID_CONFIG", "Invalid value two for configuration min.insync.replicas: "
                                                   "Not a number of type INT")
     assert answer(out, unk) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such partition as t-4")
+
+
+def test_alter_config_of_a_key_isrflow_does_not_model():
+    """A valid topic config of Kafka's that isrflow does not model is answered NONE and not kept; a
+    deletion of a key that is not set, known or not, is no error (ConfigurationControlManager
+    #validateAlterConfig validates the config the change leaves)."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    ok = s.add(type="AlterConfig", topic="t", config={"retention.ms": "1000", "min.insync.replicas": "2"})
+    bad = s.add(type="AlterConfig", topic="t", config={"retention.ms": "-5"})
+    gone = s.add(type="AlterConfig", topic="t", config={"retention.ms": None, "no.such.config": None})
+    unknown = s.add(type="AlterConfig", topic="t", config={"no.such.config": "1"})
+    out = run_events(s.events)
+    assert answer(out, ok) == ("NONE", None)
+    assert answer(out, bad) == ("INVALID_CONFIG", "Invalid value -5 for configuration retention.ms: "
+                                                  "Value must be at least -1")
+    assert answer(out, gone) == ("NONE", None)
+    assert answer(out, unknown) == ("INVALID_CONFIG", "Unknown topic config name: no.such.config")
+    cl = out["_cluster"]
+    assert cl.topic_cfg["t"] == {"min.insync.replicas": "2"}
+    assert cl.partitions[("t", 0)].conf.min_isr == 2
 
 
 def test_heartbeats_from_unregistered_broker_are_stale_broker_epoch():

@@ -59,10 +59,14 @@ def test_topic_overrides_layer_in_order():
     assert (t.min_isr, t.unclean, t.strategy) == (3, True, "Balanced")
     assert c.topic_conf().min_isr == 2
     assert validate_topic_config({"min.insync.replicas": " 2 "}) == {"min.insync.replicas": "2"}
-    with pytest.raises(ConfigError, match="not a topic-level config"):
+    with pytest.raises(ConfigError, match="Unknown topic config name: request.timeout.ms"):
         validate_topic_config({"request.timeout.ms": "5"})
     with pytest.raises(ConfigError):
         validate_topic_config({"min.insync.replicas": "0"})
+    # isrflow's own topic key (KIP-966's strategy is no Kafka 4.4.0 topic config): parse_strategy's check
+    with pytest.raises(ConfigError, match="expected Aggressive, Balanced or None"):
+        validate_topic_config({"unclean.recovery.strategy": "random"})
+    assert validate_topic_config({"unclean.recovery.strategy": " proactive "}) == {"unclean.recovery.strategy": "proactive"}
 
 
 def test_engine_defaults_are_written_once():

@@ -55,6 +55,7 @@ TIER = [
     "tests/test_kafka44_isr_expiration.py",
     "tests/test_kafka44_isr_order.py",
     "tests/test_kafka44_sessions.py",
+    "tests/test_kafka44_topic_configs.py",
     "tests/test_controller.py",
     "tests/test_admin_errors.py",
     "tests/test_leader.py",
@@ -244,7 +245,7 @@ class _Lock:
 def make_copy(dst: Path, rev: str | None = None) -> None:
     """The working tree (tests included); with `rev`, protocol/, schemas/, jobs/ and conf/ as of that
     git revision (to measure new tests while the code is being changed)."""
-    for d in ("protocol", "schemas", "jobs", "conf", "tests", "tools", "examples"):
+    for d in ("protocol", "schemas", "jobs", "conf", "tests", "tools", "examples", "java"):
         if (ROOT / d).exists():
             shutil.copytree(ROOT / d, dst / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for f in ("pyproject.toml",):
@@ -262,8 +263,10 @@ DESELECT: list[str] = []
 
 def run_tier(work: Path, tier: list[str], timeout: float, lock: "_Lock") -> tuple[str, float, str]:
     # the mutants are .py sources: the compiled core (ISRFLOW_CORE, jobs/compiled.py) must not run
+    # the copy has no JAR cache: the checkout's (the real Kafka's answers, tests/test_kafka44_topic_configs.py)
     env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1",
-               HYPOTHESIS_STORAGE_DIRECTORY=str(work / ".hypothesis"), ISRFLOW_CORE="pure")
+               HYPOTHESIS_STORAGE_DIRECTORY=str(work / ".hypothesis"), ISRFLOW_CORE="pure",
+               ISRFLOW_JARS=os.environ.get("ISRFLOW_JARS") or str(ROOT / ".cache" / "jars"))
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            "--no-header", "-o", "addopts=", *tier, *(f"--deselect={d}" for d in DESELECT)]
     lock.acquire()
