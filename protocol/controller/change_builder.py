@@ -71,7 +71,10 @@ class PartitionChangeBuilder:
 
     # ------------------------------------------------------------------ the steps
     def complete_reassignment_if_needed(self) -> None:
-        """A22 PartitionReassignmentReplicas#maybeCompleteReassignment."""
+        """A22 PartitionReassignmentReplicas#maybeCompleteReassignment (kafka-metadata-4.4.0's
+        bytecode): with the removing replicas taken out of the target ISR and of the replicas
+        (neither may end up empty), the reassignment completes once every adding replica is in that
+        ISR, and, when it shrinks the replica count (fewer adding than removing), every replica left."""
         t_rem, t_add = self.t_rem, self.t_add
         if not (t_rem or t_add):
             return
@@ -79,8 +82,12 @@ class PartitionChangeBuilder:
         if t_rem:
             n_isr = [r for r in n_isr if r not in t_rem]
             n_rep = [r for r in n_rep if r not in t_rem]
-        if n_isr and set(n_rep) <= set(n_isr):
-            self.t_isr, self.t_rep, self.t_rem, self.t_add = n_isr, n_rep, [], []
+            if not n_isr or not n_rep:
+                return
+        s_isr = set(n_isr)
+        if not s_isr.issuperset(t_add) or (len(t_add) < len(t_rem) and not s_isr.issuperset(n_rep)):
+            return
+        self.t_isr, self.t_rep, self.t_rem, self.t_add = n_isr, n_rep, [], []
 
     def maybe_populate_target_elr(self) -> None:
         """A11: below the effective min ISR, ISR leavers (but unclean shutdowns) become ELR members."""
@@ -140,13 +147,15 @@ class PartitionChangeBuilder:
             rec["isr"] = t_isr
 
     def maybe_update_last_known_leader(self) -> None:
-        """A12: the last leader of an emptied ISR is remembered; a new leader clears it."""
+        """A12 (kafka-metadata-4.4.0's bytecode): a record that takes the leader away (its leader
+        NO_LEADER) remembers the partition's leader when nothing is remembered yet; a record that
+        elects a leader clears what is remembered."""
         if not (self.use_lkl and self.elr_on):
             return
         p, rec, rl = self.p, self.rec, self.rec_leader
-        if "isr" in rec and not rec["isr"] and (len(p.lke) != 1 or p.lke[0] != p.leader):
+        if rl == NO_LEADER and not p.lke:
             rec["lke"] = [p.leader]
-        elif (rl >= 0 or (p.leader != NO_LEADER and rl != NO_LEADER)) and p.lke:
+        elif rl >= 0 and p.lke:
             rec["lke"] = []
 
     def set_assignment_changes(self) -> None:
