@@ -478,3 +478,18 @@ def test_lost_count_of_merged_ranges_is_proportional():
     # [500, 503) from 501: max(1, 2 * 2 // 3) = 1; [600, 601) and [700, 701): 1 each
     assert inv.lost_acked == 3
     assert inv.acked[(0, 1)][-1] == [500, 501, 1]
+
+
+def test_acked_ranges_merge_the_closest_pair_keeping_the_exact_count():
+    """AckedRecordsDurable's bookkeeping (Invariants.on_acked): past MAX_RANGES ranges per record
+    identity, the two neighbouring ranges with the smallest gap merge (the first such pair), their
+    acked counts added; the others stay as they were."""
+    from protocol.invariants import _merge_closest
+    for ranges, want in [
+        ([[0, 10, 10], [12, 20, 8], [30, 40, 10], [45, 50, 5]], [[0, 20, 18], [30, 40, 10], [45, 50, 5]]),
+        ([[0, 10, 10], [20, 25, 5], [27, 30, 3], [40, 50, 10]], [[0, 10, 10], [20, 30, 8], [40, 50, 10]]),
+        ([[0, 10, 10], [20, 25, 5], [35, 40, 5], [42, 50, 8]], [[0, 10, 10], [20, 25, 5], [35, 50, 13]]),
+        ([[0, 10, 10], [13, 20, 7], [23, 30, 7]], [[0, 20, 17], [23, 30, 7]]),     # a tie: the first pair
+    ]:
+        _merge_closest(ranges)
+        assert ranges == want
