@@ -9,7 +9,7 @@ every one as Kafka does (same answer, same message) and keeps only the modelled 
 
 TOPIC_CONFIGS is LogConfig.configDefCopy() of kafka-storage-4.4.0 in its order (Kafka reports the
 first bad key in that order, whatever the request's). tests/test_kafka44_topic_configs.py runs the
-real LogConfig (java/lab/TopicConfigOracle.java) and holds the table and 480 answers against it.
+real LogConfig (java/lab/TopicConfigOracle.java) and holds the table and 485 answers against it.
 
 Not modelled: checks across keys that involve a topic's earlier configs (Kafka validates the config
 a change leaves: e.g. min.compaction.lag.ms of one request against max.compaction.lag.ms set by an
