@@ -57,6 +57,7 @@ TIER = [
     "tests/test_kafka44_sessions.py",
     "tests/test_kafka44_topic_configs.py",
     "tests/test_kafka44_change_builder.py",
+    "tests/test_kafka44_epoch_cache.py",
     "tests/test_controller.py",
     "tests/test_admin_errors.py",
     "tests/test_leader.py",
