@@ -123,9 +123,10 @@ def checked_topic_config(cfg: dict, creation: bool = False) -> tuple[tuple[str, 
     ReplicationControlManager#computeConfigChanges (kafka-metadata 4.4.0): INVALID_CONFIG "Null value
     not supported for topic configs: " and every null key, joined by ",". Otherwise (AlterConfig) a
     null value deletes the key (merge_config) and needs no check."""
-    nulls = [k for k, v in cfg.items() if v is None]
-    if creation and nulls:
-        return ("INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)), None
+    if creation:
+        nulls = [k for k, v in cfg.items() if v is None]
+        if nulls:
+            return ("INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)), None
     try:
         return None, validate_topic_config(cfg, strict=True)
     except ConfigError as e:

@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-import subprocess
 from types import SimpleNamespace as NS
 
 import pytest
 
-from jobs.jars import ROOT, kafka_classpath
 from protocol.config import EngineConfig
 from protocol.controller.change_builder import PartitionChangeBuilder
 from protocol.messages import RECOVERED, RECOVERING
+from tests.kafka_oracle import ask, needs_kafka_java
 
-pytestmark = pytest.mark.skipif(kafka_classpath() is None or shutil.which("java") is None,
-                                reason="needs the Kafka 4.4.0 JARs (./dev setup) and java")
-ORACLE = ROOT / "java" / "lab" / "ChangeBuilderOracle.java"
+pytestmark = needs_kafka_java
 LRS = {RECOVERED: 0, RECOVERING: 1}
 
 
@@ -91,10 +87,7 @@ def _isrflow(c: dict) -> dict:
 def test_every_record_is_kafkas(seed):
     rng = random.Random(seed)
     cases = [_case(rng) for _ in range(1500)]
-    r = subprocess.run(["java", "-cp", kafka_classpath(), str(ORACLE)],
-                       input="".join(json.dumps(c) + "\n" for c in cases), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    kafka = [json.loads(x) for x in r.stdout.splitlines()]
+    kafka = [json.loads(x) for x in ask("ChangeBuilderOracle", [json.dumps(c) for c in cases])]
     assert len(kafka) == len(cases)
     wrong = []
     for c, want in zip(cases, kafka):

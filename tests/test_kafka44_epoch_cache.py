@@ -6,17 +6,13 @@ follower's diverging-epoch check) leave the same entries and give the same answe
 from __future__ import annotations
 
 import random
-import shutil
-import subprocess
 
 import pytest
 
-from jobs.jars import ROOT, kafka_classpath
 from protocol.log import ReplicaLog
+from tests.kafka_oracle import ask, needs_kafka_java
 
-pytestmark = pytest.mark.skipif(kafka_classpath() is None or shutil.which("java") is None,
-                                reason="needs the Kafka 4.4.0 JARs (./dev setup) and java")
-ORACLE = ROOT / "java" / "lab" / "EpochCacheOracle.java"
+pytestmark = needs_kafka_java
 
 
 def _ops(rng: random.Random) -> list[str]:
@@ -58,10 +54,7 @@ def _isrflow(ops: list[str]) -> list[str]:
 @pytest.mark.parametrize("seed", range(3))
 def test_the_epoch_cache_is_kafkas(seed, tmp_path):
     ops = _ops(random.Random(seed))
-    r = subprocess.run(["java", "-cp", kafka_classpath(), str(ORACLE), str(tmp_path)],
-                       input="\n".join(ops) + "\n", capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    kafka = r.stdout.splitlines()
+    kafka = ask("EpochCacheOracle", ops, str(tmp_path))
     assert len(kafka) == len(ops)
     mine = _isrflow(ops)
     wrong = [f"{ops[max(0, i - 3):i + 1]}: isrflow {m!r}, Kafka {k!r}"

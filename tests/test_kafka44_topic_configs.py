@@ -9,26 +9,19 @@ ControllerConfigurationValidator runs it.
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 
 import pytest
 
-from jobs.jars import ROOT, kafka_classpath
 from protocol.config import checked_topic_config
 from protocol.topic_configs import BOOLEAN, DOUBLE, INT, LIST, LONG, STRING, TOPIC_CONFIGS, java_double
+from tests.kafka_oracle import ask, needs_kafka_java
 
-pytestmark = pytest.mark.skipif(kafka_classpath() is None or shutil.which("java") is None,
-                                reason="needs the Kafka 4.4.0 JARs (./dev setup) and java")
-ORACLE = ROOT / "java" / "lab" / "TopicConfigOracle.java"
+pytestmark = needs_kafka_java
 
 
 def _oracle(lines: list[str]) -> list[str]:
     """Kafka's answer to each line (see TopicConfigOracle)."""
-    r = subprocess.run(["java", "-Xshare:auto", "-cp", kafka_classpath(), str(ORACLE)],
-                       input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.splitlines()
+    return ask("TopicConfigOracle", lines)
 
 
 def _validator_text(v) -> str:

@@ -1,0 +1,21 @@
+"""Kafka 4.4.0's own classes as test oracles: a single-file Java program under java/lab/, run from
+the Kafka JARs (`./dev setup` resolves them), fed one request per line, answering one line each."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from jobs.jars import ROOT, kafka_classpath
+
+needs_kafka_java = pytest.mark.skipif(kafka_classpath() is None or shutil.which("java") is None,
+                                      reason="needs the Kafka 4.4.0 JARs (./dev setup) and java")
+
+
+def ask(oracle: str, lines: list[str], *args: str) -> list[str]:
+    """java/lab/<oracle>.java's answer lines to `lines` (its arguments `args`)."""
+    r = subprocess.run(["java", "-cp", kafka_classpath(), str(ROOT / "java" / "lab" / f"{oracle}.java"), *args],
+                       input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.splitlines()
