@@ -190,6 +190,10 @@ def test_rows_to_arrow():
         ({"seq": 3, "ts_ms": 0, "type": "ReplicaSnapshot", "topic": "t", "partition": 0, "broker": 1,
           "epoch_start_offsets": {"x": 0}, "log_end_offset": 5, "hwm": 5},
          "ReplicaSnapshot row seq 3: epoch_start_offsets key 'x' is not an integer leader epoch"),
+        # a later epoch starting before an earlier one's start (and past that epoch's number)
+        ({"seq": 3, "ts_ms": 0, "type": "ReplicaSnapshot", "topic": "t", "partition": 0, "broker": 1,
+          "epoch_start_offsets": {"0": 10, "1": 5}, "log_end_offset": 20, "hwm": 5},
+         "ReplicaSnapshot row seq 3: epoch_start_offsets: epoch 1 starts at 5, before epoch 0 (at 10)"),
         ({"seq": 3, "ts_ms": 0, "type": "ListOffsets", "topic": "t", "partition": 0, "broker": 1,
           "offset_spec": "LATEST", "isolation": "DIRTY"},
          "ListOffsets row seq 3: isolation 'DIRTY' must be one of READ_UNCOMMITTED, READ_COMMITTED"),
