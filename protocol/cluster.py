@@ -585,12 +585,14 @@ class Cluster:
         topic = ev["topic"]
         if not topic:
             raise Reject("AlterConfig needs a topic")
-        err, cfg = checked_topic_config(ev.get("config") or {})
+        change = ev.get("config") or {}
         if ev.get("partition") is not None:
             if not self.has((topic, ev["partition"])):
                 return self._unknown_partition(ev, "AlterConfig", f"No such partition as {topic}-{ev['partition']}")
             p = self.partition_of(ev)
             self.begin(p, ev["seq"], ev["ts_ms"])
+            # the configs this partition has: its topic's, its own overrides over them
+            err, cfg = checked_topic_config(change, existing={**self.topic_cfg.get(topic, {}), **p.config})
             if cfg is None:
                 p.emit("admin", {"type": "AlterConfig", "broker": None, "result": err[0], "detail": err[1]})
             else:
@@ -603,6 +605,7 @@ class Cluster:
                                              f"{admin.min_isr_change_words(cfg)}")
             self.end(p)
             return
+        err, cfg = checked_topic_config(change, existing=self.topic_cfg.get(topic))
         if self.emit_global:
             self.emit_at("admin", {"type": "AlterConfig", "broker": None,
                                    "result": "NONE" if cfg is not None else err[0],

@@ -82,13 +82,15 @@ def parse_strategy(v: str) -> str:
 
 
 def validate_topic_config(cfg: dict, strict: bool = False) -> dict:
-    """Checks a topic config (names -> values; None: an AlterConfig's deletion) and returns the keys
-    isrflow models (TOPIC_KEYS), stripped, None kept (merge_config). Every other key of Kafka 4.4.0's
-    is checked as its controller checks it and then dropped (protocol.topic_configs: Kafka's order
-    and messages; "Unknown topic config name: K" for a name Kafka does not know), and
-    `unclean.recovery.strategy`, isrflow's (KIP-966), by parse_strategy, last. A None value is no
-    error whatever its key: Kafka validates the config a change leaves, so deleting a key that is not
-    set changes nothing. strict=False (the engine's own config, a recorded PartitionRecord's) reads
+    """Checks a topic config (names -> values; None: an AlterConfig's deletion) and returns it
+    normalized: every key kept (Kafka keeps a topic's configs whether or not isrflow models them, and
+    checks a change against them: checked_topic_config), the keys isrflow models (TOPIC_KEYS)
+    stripped, the others as Kafka stores them (the request's string), None kept (merge_config).
+    Every key but `unclean.recovery.strategy` (isrflow's, KIP-966: parse_strategy, last) is checked
+    as Kafka's controller checks it (protocol.topic_configs: Kafka's order and messages; "Unknown
+    topic config name: K" for a name Kafka does not know). A None value is no error whatever its key:
+    Kafka validates the config a change leaves, so deleting a key that is not set changes nothing.
+    strict=False (the engine's own config, a recorded PartitionRecord's) reads
     unclean.leader.election.enable as parse_bool does (1/0, yes/no too); strict, as Kafka's ConfigDef
     (true or false, any case). Raises ConfigError."""
     kafka = {k: v for k, v in cfg.items() if v is not None and k != "unclean.recovery.strategy"}
@@ -101,7 +103,7 @@ def validate_topic_config(cfg: dict, strict: bool = False) -> dict:
     strategy = cfg.get("unclean.recovery.strategy")
     if strategy is not None:
         parse_strategy(strategy)
-    return {k: None if v is None else str(v).strip() for k, v in cfg.items() if k in TOPIC_KEYS}
+    return {k: None if v is None else str(v).strip() if k in TOPIC_KEYS else str(v) for k, v in cfg.items()}
 
 
 def merge_config(layer: dict, cfg: dict) -> None:
@@ -115,19 +117,31 @@ def merge_config(layer: dict, cfg: dict) -> None:
             layer[k] = v
 
 
-def checked_topic_config(cfg: dict, creation: bool = False) -> tuple[tuple[str, str] | None, dict | None]:
-    """A topic config change as Kafka's controller judges it: (None, the config normalized by
+def checked_topic_config(cfg: dict, creation: bool = False,
+                         existing: dict | None = None) -> tuple[tuple[str, str] | None, dict | None]:
+    """A topic config change as Kafka's controller judges it: (None, the change normalized by
     validate_topic_config, strict), or ((error, message) as Kafka answers it, None): INVALID_CONFIG
     with validate_topic_config's message.
     creation (a CreatePartition's config, CreateTopics): a null value is refused before anything else,
     ReplicationControlManager#computeConfigChanges (kafka-metadata 4.4.0): INVALID_CONFIG "Null value
     not supported for topic configs: " and every null key, joined by ",". Otherwise (AlterConfig) a
-    null value deletes the key (merge_config) and needs no check."""
+    null value deletes the key (merge_config).
+    existing (an AlterConfig: the configs the topic has): Kafka checks the whole config the change
+    leaves, not the change alone (ConfigurationControlManager#validateAlterConfig: the topic's configs,
+    the change merged in, to LogConfig#validate), so a change can conflict with an earlier one
+    (min.compaction.lag.ms now above a max.compaction.lag.ms set before). Of the existing configs the
+    unmodelled ones take part: the modelled three have no check across keys, and a recorded
+    PartitionRecord may have set one of them in the lenient form (validate_topic_config, strict=False)
+    that the strict check would refuse."""
     if creation:
         nulls = [k for k, v in cfg.items() if v is None]
         if nulls:
             return ("INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)), None
     try:
+        if existing:
+            whole = {k: v for k, v in existing.items() if k not in TOPIC_KEYS}
+            merge_config(whole, cfg)
+            validate_topic_config(whole, strict=True)
         return None, validate_topic_config(cfg, strict=True)
     except ConfigError as e:
         return ("INVALID_CONFIG", str(e)), None

@@ -5,15 +5,14 @@ validateTopicLogConfigValues). The one place these rules are written.
 
 isrflow models three topic configs (config.TOPIC_KEYS); a real cluster's CreateTopics and
 IncrementalAlterConfigs carry any of these, and Kafka accepts them when they parse. So isrflow checks
-every one as Kafka does (same answer, same message) and keeps only the modelled ones.
+every one as Kafka does (same answer, same message) and keeps it with the topic, as Kafka does: a
+later change is checked together with the configs it leaves (config.checked_topic_config), so
+min.compaction.lag.ms of one request is held against max.compaction.lag.ms set by an earlier one.
 
 TOPIC_CONFIGS is LogConfig.configDefCopy() of kafka-storage-4.4.0 in its order (Kafka reports the
 first bad key in that order, whatever the request's). tests/test_kafka44_topic_configs.py runs the
-real LogConfig (java/lab/TopicConfigOracle.java) and holds the table and 485 answers against it.
-
-Not modelled: checks across keys that involve a topic's earlier configs (Kafka validates the config
-a change leaves: e.g. min.compaction.lag.ms of one request against max.compaction.lag.ms set by an
-earlier one); isrflow keeps no unmodelled key, so it checks those within one request only.
+real LogConfig (java/lab/TopicConfigOracle.java) and holds the table, 485 answers and a chain of
+changes against it.
 """
 from __future__ import annotations
 

@@ -19,3 +19,26 @@ def ask(oracle: str, lines: list[str], *args: str) -> list[str]:
                        input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout.splitlines()
+
+
+class Session:
+    """One running java/lab/<oracle>.java for questions that depend on earlier answers: `ask1`
+    writes one line and reads its one answer line (the oracles flush after each)."""
+
+    def __init__(self, oracle: str, *args: str):
+        self.proc = subprocess.Popen(["java", "-cp", kafka_classpath(), str(ROOT / "java" / "lab" / f"{oracle}.java"),
+                                      *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def ask1(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, "the oracle ended early"
+        return answer.rstrip("\n")
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0

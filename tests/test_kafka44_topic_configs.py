@@ -107,3 +107,92 @@ def test_doubles_print_as_java_prints_them():
               "0.1", "100", "2.5e-3"]
     java = _oracle([f"DOUBLE\t{v}" for v in values])
     assert [java_double(float(v.replace("Infinity", "inf"))) for v in values] == java
+
+
+# keys with values on both sides of their own checks and of the check across keys (compaction lags)
+_CHAIN_VALUES = {
+    "min.compaction.lag.ms": ["0", "100", "5000", "-1", "abc"],
+    "max.compaction.lag.ms": ["1", "1000", "9000", "0"],
+    "retention.ms": ["-1", "1000", "x"],
+    "cleanup.policy": ["compact", "delete", "compact,delete", "foo"],
+    "segment.bytes": ["1048576", "100"],
+    "min.insync.replicas": ["1", "2", "0"],
+    "unclean.leader.election.enable": ["true", "false", "maybe"],
+    "remote.storage.enable": ["false", "true"],
+}
+
+
+def _line(cfg: dict) -> str:
+    return "\t".join(x for kv in sorted(cfg.items()) for x in kv)
+
+
+def test_a_change_is_checked_with_the_configs_it_leaves():
+    """Seeded chains of topic-wide AlterConfig rows (sets and deletions) after a CreatePartition with
+    configs: each answer is Kafka's for the whole config the change leaves
+    (ConfigurationControlManager#validateAlterConfig: the topic's configs with the change merged in,
+    to LogConfig#validate), asked of the real LogConfig one change at a time, the topic's configs
+    following Kafka's answers. The cluster is re-made from its encoded state every third row (the
+    Spark engine's state store), so the configs kept also survive the codec."""
+    import random
+
+    from tests.engine_util import run_events
+    from tests.kafka_oracle import Session
+    from tests.streams import S
+
+    rng = random.Random(4404)
+    keys = sorted(_CHAIN_VALUES)
+    lags = ["min.compaction.lag.ms", "max.compaction.lag.ms"] * 3      # drawn more often: they conflict
+    across = refused = 0
+    with Session("TopicConfigOracle") as kafka:
+        for chain in range(60):
+            s = S().up(1, 2)
+            kept: dict = {}
+            while True:             # a creation Kafka accepts: the chain is about the changes
+                kept = {k: rng.choice(_CHAIN_VALUES[k]) for k in rng.sample(keys, rng.randint(0, 3))}
+                if kafka.ask1(_line(kept)) == "OK":
+                    break
+            s.create([1, 2], config=kept)
+            want = {}
+            for _ in range(8):
+                change = {k: (None if rng.random() < 0.25 else rng.choice(_CHAIN_VALUES[k]))
+                          for k in rng.sample(keys + lags, rng.randint(1, 3))}
+                whole = dict(kept)
+                for k, v in change.items():
+                    if v is None:
+                        whole.pop(k, None)
+                    else:
+                        whole[k] = v
+                answer = kafka.ask1(_line(whole))
+                seq = s.add(type="AlterConfig", topic="t", config=change)
+                want[seq] = answer
+                if answer == "OK":
+                    kept = whole
+                else:
+                    refused += 1
+                    # refused for a key the change leaves alone
+                    across += answer.startswith("conflict topic config") and len(change.keys() & set(lags)) < 2
+            out = run_events(s.events, roundtrip_every=3)
+            got = {r["seq"]: "OK" if r["result"] == "NONE" else r["detail"]
+                   for r in out["admin"] if r["type"] == "AlterConfig"}
+            assert got == want, f"chain {chain}: {s.events}"
+            assert {r["result"] for r in out["admin"] if r["type"] == "AlterConfig"} <= {"NONE", "INVALID_CONFIG"}
+    assert across >= 10 and refused >= 60        # the chains reach the check across requests
+
+
+def test_a_partitions_own_change_is_checked_with_its_topics_configs():
+    """isrflow's partition-level AlterConfig (no Kafka counterpart) is checked like a topic's, with
+    the partition's configs: its topic's, its own over them."""
+    from tests.engine_util import run_events
+    from tests.streams import S
+
+    s = S().up(1, 2)
+    s.create([1, 2], config={"max.compaction.lag.ms": "1000"})
+    bad = s.alter_config(partition=0, min_compaction_lag_ms=5000)
+    own = s.alter_config(partition=0, max_compaction_lag_ms=9000)
+    ok = s.alter_config(partition=0, min_compaction_lag_ms=5000)
+    topic_bad = s.alter_config(min_compaction_lag_ms=5000)          # the topic's own max is still 1000
+    out = run_events(s.events)
+    got = {r["seq"]: (r["result"], r["detail"]) for r in out["admin"] if r["type"] == "AlterConfig"}
+    conflict = ("INVALID_CONFIG", "conflict topic config setting min.compaction.lag.ms (5000) > "
+                                  "max.compaction.lag.ms (1000)")
+    assert got == {bad: conflict, own: ("NONE", None), ok: ("NONE", None), topic_bad: conflict}
