@@ -80,6 +80,24 @@ def test_isr_shrink_boundary_is_strictly_after_the_lag():
     assert last(out, "metadata_log", seq=shrink)["isr"] == [1]
 
 
+def test_a_follower_new_in_the_same_leader_epoch_has_never_caught_up():
+    """B11 / B4: a registration that adds a replica to the ISR in the leader's own epoch (a recorded
+    PartitionRecord) gives the leader a follower state with an unknown LEO (-1: Kafka's
+    ReplicaState.EMPTY, UnknownOffsetMetadata) and no caught-up time. On an empty leader log it is
+    not caught up (LEO -1 is not the leader's 0), so once the lag passes the ISR-expiration check
+    shrinks it out; a follower state that started at LEO 0 would match the empty log and stay."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2])                                           # leader 1, leader epoch 0, log empty
+    s._p(type="PartitionRecord", replicas=[1, 2, 3], isr=[1, 2, 3], elr=[], last_known_elr=[], leader=1,
+         leader_epoch=0, partition_epoch=1, leader_recovery_state="RECOVERED")
+    s.at(1_000).fetch(2)                                       # 2 caught up at 1000; 3 never fetches
+    t = s.at(12_000).tick(1)
+    out = run_events(s.events, dict(TICK_ONLY, **{"replica.lag.time.max.ms": "10000"}))
+    assert leader_rep(out).leader_epoch == 0                   # the same leadership throughout
+    r = last(out, "alter_partition", seq=t, phase="PROPOSED")
+    assert r["change"] == "SHRINK" and sorted(r["proposed_isr"]) == [1, 2]
+
+
 def test_caught_up_follower_is_not_shrunk():
     s = S().up(1, 2, 3)
     s.create([1, 2, 3])
