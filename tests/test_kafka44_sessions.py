@@ -142,6 +142,24 @@ def test_sessions_not_modelled_with_timeout_zero():
     assert not rows(out, "admin", type="BrokerFence")
 
 
+def test_without_sessions_a_refused_registration_is_not_retried():
+    """broker.session.timeout.ms=0 (sessions not modelled): a registration while the old incarnation
+    is registered and unfenced is refused (DUPLICATE_BROKER_REGISTRATION: hasValidSession is "still
+    registered and unfenced" without a tracker), and with no session to expire it is not kept for a
+    retry: a later fence ends the old epoch without registering the refused one, and the broker's
+    next BrokerUnfence is the old incarnation's, not held for a registration in flight."""
+    s = S().up(1, 2)
+    s.create([1, 2])
+    dup = s.at(10).add(type="BrokerRegister", broker=1, broker_epoch=500, previous_broker_epoch=101)
+    s.at(20).fence(1)
+    s.at(30).unfence(1)
+    out = run_events(s.events, {"broker.session.timeout.ms": "0"})
+    assert rows(out, "admin", seq=dup)[0]["result"] == "DUPLICATE_BROKER_REGISTRATION"
+    br = out["_cluster"].brokers[1]
+    assert (br.epoch, br.fenced, br.pend) == (101, False, None)
+    assert not [r for r in out["admin"] if r["type"] == "BrokerRegister" and r["seq"] > dup]
+
+
 def test_pending_registration_survives_state_encoding():
     s = _last_member_sigterm()
     s.at(22_600).restart(1, clean=True)
