@@ -16,12 +16,20 @@ ALL_RECORDINGS = ("sigkill-restart", "sigterm-restart", "sigstop-isolate", "reas
                   # recorded with both cores busy (CI's load): the restart of 3 came 6.26 s after its
                   # controlled shutdown, before the controller wrote a session-expiry fence, and Kafka
                   # accepted it; the CI run that met this first refused it with a modelled 9 s session
-                  "sigterm-restart--under-load")
+                  "sigterm-restart--under-load",
+                  # seeded random faults (`isrflow lab chaos --seed 2`): a broker that led epoch 1 rejoins
+                  # leader 3's ISR at epoch 5; its first fetch diverges (jobs.metalog.convert
+                  # CATCH_UP_FETCHES), and the expansion and the decisions after it must still agree
+                  "chaos--seed-2",
+                  # seed 7: broker 2, SIGTERMed while it led nothing, is fenced with no controlled-shutdown
+                  # record; it re-registers while in every partition's ELR and Kafka leaves it there (a clean
+                  # shutdown): the import must give it its previous epoch (convert._broker_registration)
+                  "chaos--seed-7")
 # the number of partition decisions each recording holds (fixed files: a change here is a decoder or
 # attribution change, not noise)
 DECISIONS = {"sigkill-restart": 18, "sigterm-restart": 18, "sigstop-isolate": 18, "reassignment": 30,
              "elections": 39, "config-changes": 30, "controller-restart": 24,
-             "sigterm-restart--under-load": 18}
+             "sigterm-restart--under-load": 18, "chaos--seed-2": 49, "chaos--seed-7": 48}
 
 from jobs.metalog import audit  # noqa: E402
 

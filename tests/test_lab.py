@@ -99,7 +99,7 @@ def test_committed_recordings():
         # unclean elections: a later leader may reuse offsets that were acked before
         # "<scenario>--<variant>": the same scenario recorded under other conditions
         scenario = rec.name.split("--")[0]
-        check_recording(rec, scenario, unique_offsets=scenario not in ("elections", "config-changes"))
+        check_recording(rec, scenario, unique_offsets=scenario not in ("elections", "config-changes", "chaos"))
         assert sum(p.stat().st_size for p in rec.rglob("*") if p.is_file()) < 400_000
 
 
@@ -199,3 +199,56 @@ def test_live_scenario_import_and_audit(tmp_path, scenario):
     check_recording(tmp_path / "rec", scenario)
     assert _pids_mentioning(str(work)) == []
     _audit_live(tmp_path / "rec", tmp_path / "tables")
+
+
+class _FakeCtx:
+    """A Ctx without a cluster: records what the chaos scenario asks of it."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.calls: list[tuple] = []
+        self.running = {1, 2, 3}
+
+    def __getattr__(self, name):
+        def call(*a, **kw):
+            self.calls.append((name, tuple("<fn>" if callable(v) else v for v in a),
+                               tuple(sorted((k, v) for k, v in kw.items() if not callable(v)))))
+            if name == "signal" and a[1] in (signal.SIGKILL, signal.SIGTERM):
+                assert a[0] in self.running, f"signal to a stopped broker {a}"
+                self.running.discard(a[0])
+            if name == "start":
+                assert a[0] not in self.running
+                self.running.add(a[0])
+            if name in ("config", "elect", "describe"):
+                assert self.running, f"an admin call with every broker down: {name}"
+                if name == "describe":
+                    return [{"partition": i, "leader": 1, "isr": [1, 2, 3], "replicas": [1, 2, 3]} for i in range(3)]
+            if name == "controller_log_pos":
+                return 0
+            if name in ("wait", "isr_full"):
+                return True
+            return None
+        return call
+
+
+def test_chaos_schedule_is_the_seeds():
+    """`isrflow lab chaos --seed N`: the same seed gives the same schedule (the steps depend on the seed
+    and the schedule's own earlier steps, never on the cluster's answers), other seeds other ones; no
+    signal goes to a stopped broker, no admin call is made with every broker down, and every broker
+    runs again at the end."""
+    from jobs.lab.scenarios import CHAOS_STEPS, chaos
+
+    def schedule(seed):
+        x = _FakeCtx(seed)
+        chaos(x)
+        assert x.running == {1, 2, 3}
+        steps = [c for c in x.calls if c[0] == "event" and c[1][0] == "chaos_step"]
+        assert len(steps) == CHAOS_STEPS
+        return [c for c in x.calls if c[0] not in ("sleep", "event")], [round(a[0], 6) for n, a, _ in x.calls
+                                                                          if n == "sleep"]
+
+    runs = {seed: schedule(seed) for seed in range(12)}
+    assert schedule(2) == runs[2]
+    assert len({repr(r) for r in runs.values()}) == len(runs)
+    acts = {c[0] for calls, _ in runs.values() for c in calls}
+    assert {"signal", "start", "elect", "config", "wait_fenced"} <= acts

@@ -12,6 +12,7 @@ def add_parser(sub) -> None:
     p.add_argument("scenario", nargs="?", help="scenario name (see --list)")
     p.add_argument("--out", help="recording directory (replaced): metadata/, acks.jsonl, manifest.json")
     p.add_argument("--list", action="store_true", help="list the scenarios")
+    p.add_argument("--seed", type=int, default=0, help="the chaos scenario's schedule (default 0)")
     p.add_argument("--workdir", default=None, help="keep the cluster's directories and logs here")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="server.properties override for every node ('broker:KEY' / 'controller:KEY' for one role)")
@@ -39,7 +40,8 @@ def cmd_lab(args) -> int:
         overrides[k] = v
     try:
         m = run_scenario(args.scenario, args.out, workdir=args.workdir, keep_workdir=bool(args.workdir),
-                         overrides=overrides or None, log=lambda s: print(s, file=sys.stderr, flush=True))
+                         overrides=overrides or None, log=lambda s: print(s, file=sys.stderr, flush=True),
+                         seed=args.seed)
     except FileExistsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ record, injects one family of faults, stops the cluster and leaves a recording i
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import signal
@@ -36,8 +37,9 @@ RATE = 10           # produce rounds per second (one record per topic per round)
 class Ctx:
     """What a scenario function gets: the cluster, the driver and timeline helpers."""
 
-    def __init__(self, cluster: KafkaCluster, driver: Driver):
+    def __init__(self, cluster: KafkaCluster, driver: Driver, seed: int = 0):
         self.c, self.d = cluster, driver
+        self.seed = seed            # the chaos scenario's schedule
         self.topics: list[dict] = []
 
     def event(self, event: str, **detail) -> dict:
@@ -112,7 +114,7 @@ class Ctx:
                 raise TimeoutError(f"{what}: not within {timeout}s")
             time.sleep(every)
 
-    def wait_fenced(self, broker: int, since_pos: int, timeout: float = 20) -> None:
+    def wait_fenced(self, broker: int, since_pos: int, timeout: float = 20, required: bool = True) -> None:
         """Session-timeout fencing, read from the controller's log (works with no broker up)."""
         pat = re.compile(rf"Fencing broker {broker} at epoch \d+ because its session has timed out")
         log = self.c.controller.log
@@ -121,7 +123,7 @@ class Ctx:
             with open(log, "rb") as f:
                 f.seek(since_pos)
                 return bool(pat.search(f.read().decode(errors="replace")))
-        self.wait(f"broker {broker} fenced", fenced, timeout)
+        self.wait(f"broker {broker} fenced", fenced, timeout, required=required)
 
     def controller_log_pos(self) -> int:
         return self.c._log_size(self.c.controller)
@@ -358,6 +360,76 @@ def controller_restart(x: Ctx) -> None:
     x.sleep(2)
 
 
+# chaos: the steps of one schedule, and the faults a step may choose
+CHAOS_STEPS = 10
+CHAOS_FAULTS = ("SIGKILL", "SIGTERM", "SIGSTOP")
+
+
+def chaos(x: Ctx) -> None:
+    """Seeded random faults (`--seed N`): 10 steps, each with the acks=all producer running: a
+    SIGKILL (waiting for the fence), a SIGTERM (controlled shutdown) or a SIGSTOP of a few seconds
+    of a running broker, a restart of a stopped one, a preferred or unclean election of every
+    partition, or a min.insync.replicas change (1-3); then every broker restarted and the config
+    reset. The seed fixes the schedule (each step's choice depends on the seed and the schedule's
+    own earlier steps only); the real cluster's timing is its own, so a recording is one run of it."""
+    rng = random.Random(x.seed)
+    _std_topic(x)
+    x.produce()
+    x.sleep(3)
+    down: set[int] = set()
+    for step in range(CHAOS_STEPS):
+        running = [b for b in (1, 2, 3) if b not in down]
+        acts = (["fault"] * 3 if running else []) + (["restart"] * 2 if down else [])
+        if running:
+            acts += ["elect-preferred", "elect-unclean", "min-isr"]
+        act = rng.choice(acts)
+        x.event("chaos_step", step=step, action=act, seed=x.seed)
+        if act == "fault":
+            b, sig = rng.choice(running), rng.choice(CHAOS_FAULTS)
+            if sig == "SIGKILL":
+                # not required: a broker still fenced after an earlier SIGSTOP gets no second fence
+                pos = x.controller_log_pos()
+                x.signal(b, signal.SIGKILL)
+                x.wait_fenced(b, pos, required=False)
+                down.add(b)
+            elif sig == "SIGTERM":
+                x.signal(b, signal.SIGTERM, wait=True)
+                down.add(b)
+            else:
+                x.signal(b, signal.SIGSTOP)
+                x.sleep(rng.uniform(2, 9))          # past the 6 s session timeout or not
+                x.signal(b, signal.SIGCONT)
+        elif act == "restart":
+            b = rng.choice(sorted(down))
+            x.start(b)
+            down.discard(b)
+        else:
+            try:                        # the admin client may reach no broker that answers in time
+                if act == "min-isr":
+                    x.config("topic", T, min_insync_replicas=rng.randint(1, 3))
+                else:
+                    x.elect("PREFERRED" if act == "elect-preferred" else "UNCLEAN", f"{T}:0,1,2")
+            except DriverError as e:
+                x.event("chaos_step_failed", step=step, action=act, error=str(e)[:200])
+        x.sleep(rng.uniform(1, 4))
+        if len(down) < 3:               # with every broker down nobody answers (the admin call waits 60 s)
+            try:
+                x.describe(label=f"after step {step} ({act})")
+            except DriverError as e:
+                x.event("describe_failed", label=f"after step {step} ({act})", error=str(e)[:200])
+    for b in sorted(down):
+        x.start(b)
+    x.config("topic", T, min_insync_replicas=2)
+    led = x.wait("every partition led", lambda: all(p["leader"] >= 0 for p in x.describe(record=False)), 20,
+                 required=False)
+    if not led:
+        left = [p["partition"] for p in x.describe(record=False) if p["leader"] < 0]
+        x.elect("UNCLEAN", f"{T}:" + ",".join(map(str, left)))
+    x.wait("ISR complete", lambda: x.isr_full(), 40, required=False)
+    x.describe(label="all back")
+    x.sleep(2)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -379,11 +451,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("elections", "preferred and unclean elections, last replica standing (ELR)", elections),
     Scenario("config-changes", "min.insync.replicas and unclean.leader.election.enable changes", config_changes),
     Scenario("controller-restart", "controller SIGKILL + restart (new raft epoch)", controller_restart),
+    Scenario("chaos", "seeded random faults, elections and min ISR changes", chaos, timeout_s=240),
 ]}
 
 
 def run_scenario(name: str, out, workdir=None, keep_workdir: bool = False,
-                 overrides: dict | None = None, log=print) -> dict:
+                 overrides: dict | None = None, log=print, seed: int = 0) -> dict:
     """Run one scenario end to end and write the recording into `out` (replaced if present).
     Returns the manifest."""
     sc = SCENARIOS[name]
@@ -409,7 +482,7 @@ def run_scenario(name: str, out, workdir=None, keep_workdir: bool = False,
             f = d.call("features")
             features = {k: f[k] for k in ("finalized", "supported", "finalized_epoch")}
             c.event("features", finalized=features["finalized"])
-            x = Ctx(c, d)
+            x = Ctx(c, d, seed)
             try:
                 sc.fn(x)
             finally:
@@ -434,7 +507,7 @@ def run_scenario(name: str, out, workdir=None, keep_workdir: bool = False,
                 (out / "acks.jsonl").write_text("")
             n_acks = sum(1 for _ in open(out / "acks.jsonl"))
             manifest = {
-                "scenario": name, "family": sc.family, "description": sc.doc,
+                "scenario": name, "family": sc.family, "description": sc.doc, "seed": seed,
                 "kafka_version": KAFKA_VERSION, "cluster_id": cluster.cluster_id,
                 "controller_id": CONTROLLER_ID, "broker_ids": list(cluster.brokers),
                 "ports": cluster.ports, "bootstrap_servers": cluster.bootstrap_servers,

@@ -438,13 +438,25 @@ class Converter:
 
     def _broker_registration(self, r) -> None:
         """A (re-)registration: the pending changes just before it that took the broker out of an ELR are its
-        effect. The previous epoch is the stream's only when the last incarnation shut down cleanly."""
+        effect. The previous epoch is the stream's only when the last incarnation shut down cleanly.
+
+        Whether it did, the broker alone knew (its previousBrokerEpoch); the log shows it where it can: a
+        registration after an unclean shutdown takes the broker out of every ELR it is in
+        (ReplicationControlManager#handleBrokerShutdown, kafka-metadata 4.4.0: the partitions with the broker
+        in an ELR, only when the shutdown was not clean), right before the RegisterBrokerRecord. So with the
+        broker in some ELR, those records present mean unclean and absent mean clean. Only otherwise is the
+        controlled-shutdown record the sign: a SIGTERMed broker that leads nothing is fenced with no
+        inControlledShutdown record, yet shut down cleanly (the lab's `chaos` scenario, seed 7)."""
         d = r.data
         bid = d["brokerId"]
         mine = self._take_trailing(self.pending, lambda before, after, dd: self._elr_removal(bid, before, after))
         self._end_change_run()
         br = self.brokers.setdefault(bid, Broker())
-        prev = br.epoch if (br.registered and br.clean_shutdown) else -1
+        if mine or not br.registered:
+            clean = False
+        else:       # the scan only when the controlled-shutdown record does not settle it already
+            clean = br.clean_shutdown or any(bid in p.elr for p in self.parts.values())
+        prev = br.epoch if clean else -1
         br.epoch, br.registered = d["brokerEpoch"], True
         br.fenced, br.in_cs, br.clean_shutdown = d.get("fenced", True), d.get("inControlledShutdown", False), False
         s = self.emit({"type": "BrokerRegister", "broker": bid, "broker_epoch": d["brokerEpoch"],
@@ -649,8 +661,8 @@ class Converter:
                                 "acks": 1})
                 for f in a_isr:
                     if f != b_leader and f in b_isr:
-                        self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
-                        self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
+                        for _ in range(CATCH_UP_FETCHES):
+                            self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
                 # the leader's own check of this partition (a broker-wide Tick would visit all its partitions)
                 s1 = self.emit({"type": "Tick", "broker": b_leader, "topic": T, "partition": P})
             if added:
@@ -680,15 +692,25 @@ class Converter:
                            "target": leader})
 
     def fetches(self, T, P, leader, replicas) -> tuple[int, int]:
-        """Each replica fetches twice from the leader: up to its LEO, then at it (caught up)."""
+        """Each replica fetches from the leader until it is caught up (CATCH_UP_FETCHES)."""
         first = last = None
         for a in replicas:
-            for _ in range(2):
+            for _ in range(CATCH_UP_FETCHES):
                 last = self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": a, "target": leader})
                 first = first or last
         if first is None:
             first = last = self.emit({"type": "Tick", "broker": leader, "topic": T, "partition": P})
         return first, last
+
+
+# The fetches that bring a follower to the leader's log end in the engine: a first fetch that finds its
+# log diverging from the leader's (it led an epoch the leader does not have: answered DIVERGING_EPOCH,
+# C6/C7, and truncated), one that copies up to the leader's LEO, one at the LEO (the leader learns the
+# follower's position from the fetch offset of the next request). Without divergence the third is at
+# the log end again and changes nothing. A real cluster showed it (the lab's `chaos` scenario, seed 2:
+# a broker that led epoch 1 rejoined leader 3's ISR at epoch 5; with two fetches the expansion, and
+# the decisions of that partition after it, were missing from the replay).
+CATCH_UP_FETCHES = 3
 
 
 def convert(ml: MetaLog) -> Result:
