@@ -208,12 +208,19 @@ class _FakeCtx:
         self.seed = seed
         self.calls: list[tuple] = []
         self.running = {1, 2, 3}
+        ctx = self
+
+        class Cluster:      # x.c: only the controller's restart goes through it
+            def start(self, node):
+                assert node == 100
+                ctx.calls.append(("controller_start", (node,), ()))
+        self.c = Cluster()
 
     def __getattr__(self, name):
         def call(*a, **kw):
             self.calls.append((name, tuple("<fn>" if callable(v) else v for v in a),
                                tuple(sorted((k, v) for k, v in kw.items() if not callable(v)))))
-            if name == "signal" and a[1] in (signal.SIGKILL, signal.SIGTERM):
+            if name == "signal" and a[0] != 100 and a[1] in (signal.SIGKILL, signal.SIGTERM):
                 assert a[0] in self.running, f"signal to a stopped broker {a}"
                 self.running.discard(a[0])
             if name == "start":
@@ -231,16 +238,17 @@ class _FakeCtx:
         return call
 
 
-def test_chaos_schedule_is_the_seeds():
-    """`isrflow lab chaos --seed N`: the same seed gives the same schedule (the steps depend on the seed
-    and the schedule's own earlier steps, never on the cluster's answers), other seeds other ones; no
-    signal goes to a stopped broker, no admin call is made with every broker down, and every broker
-    runs again at the end."""
-    from jobs.lab.scenarios import CHAOS_STEPS, chaos
+@pytest.mark.parametrize("scenario", ["chaos", "chaos-admin"])
+def test_chaos_schedule_is_the_seeds(scenario):
+    """`isrflow lab chaos --seed N` (and chaos-admin): the same seed gives the same schedule (the steps
+    depend on the seed and the schedule's own earlier steps, never on the cluster's answers), other
+    seeds other ones; no signal goes to a stopped broker, no admin call is made with every broker
+    down, and every broker runs again at the end."""
+    from jobs.lab.scenarios import CHAOS_STEPS, SCENARIOS
 
     def schedule(seed):
         x = _FakeCtx(seed)
-        chaos(x)
+        SCENARIOS[scenario].fn(x)
         assert x.running == {1, 2, 3}
         steps = [c for c in x.calls if c[0] == "event" and c[1][0] == "chaos_step"]
         assert len(steps) == CHAOS_STEPS
@@ -252,3 +260,6 @@ def test_chaos_schedule_is_the_seeds():
     assert len({repr(r) for r in runs.values()}) == len(runs)
     acts = {c[0] for calls, _ in runs.values() for c in calls}
     assert {"signal", "start", "elect", "config", "wait_fenced"} <= acts
+    if scenario == "chaos-admin":
+        cmds = {c[1][0].split()[0] for calls, _ in runs.values() for c in calls if c[0] == "call"}
+        assert {"controller_start"} <= acts and {"reassign", "cancel"} <= cmds

@@ -338,11 +338,7 @@ def controller_restart(x: Ctx) -> None:
     x.event("producer_counts", **{k: v for k, v in x.call("counts").items() if k != "ok"})
     x.c.start(CONTROLLER_ID)
 
-    def active() -> bool:
-        with open(x.c.controller.log, "rb") as f:
-            f.seek(pos)
-            return b"Becoming the active controller" in f.read()
-    x.wait("controller active again", active, 40)
+    x.wait("controller active again", lambda: _active_since(x, pos), 40)
 
     def created() -> bool:
         r = x.call(f"create t2 1 3 assign=2,3,1 min.insync.replicas=2", check=False)
@@ -372,9 +368,24 @@ def chaos(x: Ctx) -> None:
     partition, or a min.insync.replicas change (1-3); then every broker restarted and the config
     reset. The seed fixes the schedule (each step's choice depends on the seed and the schedule's
     own earlier steps only); the real cluster's timing is its own, so a recording is one run of it."""
+    _chaos(x, admin=False)
+
+
+def chaos_admin(x: Ctx) -> None:
+    """`chaos` with the controller's other inputs among the steps: topic r (RF 2, min ISR 1) is
+    reassigned to a random pair of brokers or its reassignment cancelled, topic t's
+    unclean.leader.election.enable switched, and the controller SIGKILLed for 3-6 s and restarted."""
+    _chaos(x, admin=True)
+
+
+def _chaos(x: Ctx, admin: bool) -> None:
     rng = random.Random(x.seed)
     _std_topic(x)
-    x.produce()
+    topics = T
+    if admin:
+        x.create("r", 2, 2, assign="1,2/2,1", min_insync_replicas=1)
+        topics = f"{T},r"
+    x.produce(topics)
     x.sleep(3)
     down: set[int] = set()
     for step in range(CHAOS_STEPS):
@@ -382,6 +393,10 @@ def chaos(x: Ctx) -> None:
         acts = (["fault"] * 3 if running else []) + (["restart"] * 2 if down else [])
         if running:
             acts += ["elect-preferred", "elect-unclean", "min-isr"]
+            if admin:
+                acts += ["reassign", "reassign", "cancel", "unclean-config"]
+        if admin:
+            acts += ["controller"]
         act = rng.choice(acts)
         x.event("chaos_step", step=step, action=act, seed=x.seed)
         if act == "fault":
@@ -403,10 +418,26 @@ def chaos(x: Ctx) -> None:
             b = rng.choice(sorted(down))
             x.start(b)
             down.discard(b)
+        elif act == "controller":
+            pos = x.controller_log_pos()
+            x.signal(CONTROLLER_ID, signal.SIGKILL)
+            x.sleep(rng.uniform(3, 6))
+            x.c.start(CONTROLLER_ID)
+            x.wait("controller active again", lambda: _active_since(x, pos), 40, required=False)
         else:
             try:                        # the admin client may reach no broker that answers in time
                 if act == "min-isr":
                     x.config("topic", T, min_insync_replicas=rng.randint(1, 3))
+                elif act == "unclean-config":
+                    x.config("topic", T, unclean_leader_election_enable=rng.choice(["true", "false"]))
+                elif act == "reassign":
+                    part, target = rng.randint(0, 1), rng.sample([1, 2, 3], 2)
+                    x.call(f"reassign r {part} {target[0]},{target[1]}")
+                    x.event("reassign", topic="r", partition=part, target=target)
+                elif act == "cancel":
+                    part = rng.randint(0, 1)
+                    x.call(f"cancel r {part}")
+                    x.event("cancel_reassignment", topic="r", partition=part)
                 else:
                     x.elect("PREFERRED" if act == "elect-preferred" else "UNCLEAN", f"{T}:0,1,2")
             except DriverError as e:
@@ -414,20 +445,30 @@ def chaos(x: Ctx) -> None:
         x.sleep(rng.uniform(1, 4))
         if len(down) < 3:               # with every broker down nobody answers (the admin call waits 60 s)
             try:
-                x.describe(label=f"after step {step} ({act})")
+                x.describe(topics, label=f"after step {step} ({act})")
             except DriverError as e:
                 x.event("describe_failed", label=f"after step {step} ({act})", error=str(e)[:200])
     for b in sorted(down):
         x.start(b)
-    x.config("topic", T, min_insync_replicas=2)
+    if admin:
+        x.config("topic", T, min_insync_replicas=2, unclean_leader_election_enable="false")
+    else:
+        x.config("topic", T, min_insync_replicas=2)
     led = x.wait("every partition led", lambda: all(p["leader"] >= 0 for p in x.describe(record=False)), 20,
                  required=False)
     if not led:
         left = [p["partition"] for p in x.describe(record=False) if p["leader"] < 0]
         x.elect("UNCLEAN", f"{T}:" + ",".join(map(str, left)))
     x.wait("ISR complete", lambda: x.isr_full(), 40, required=False)
-    x.describe(label="all back")
+    x.describe(topics, label="all back")
     x.sleep(2)
+
+
+def _active_since(x: Ctx, pos: int) -> bool:
+    """The controller logged that it became the active controller after log position `pos`."""
+    with open(x.c.controller.log, "rb") as f:
+        f.seek(pos)
+        return b"Becoming the active controller" in f.read()
 
 
 @dataclass(frozen=True)
@@ -452,6 +493,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("config-changes", "min.insync.replicas and unclean.leader.election.enable changes", config_changes),
     Scenario("controller-restart", "controller SIGKILL + restart (new raft epoch)", controller_restart),
     Scenario("chaos", "seeded random faults, elections and min ISR changes", chaos, timeout_s=240),
+    Scenario("chaos-admin", "chaos with reassignments, unclean-election configs and controller restarts",
+             chaos_admin, timeout_s=300),
 ]}
 
 
