@@ -30,11 +30,9 @@ REPLICA_COLUMNS = ("broker", "alive", "fenced", "broker_epoch", "role", "leo", "
 def partition_state_columns(cl, keys=None) -> tuple[dict[str, list], list[int], dict[str, list]]:
     """The rows of the partitions `keys` (default: all), in key order, as columns:
     (PARTITION_COLUMNS -> values, each row's number of replica states, REPLICA_COLUMNS -> values of
-    all rows' replica states one after the other, each row's in broker order).
-
-    The list values are the partitions' own lists, not copies (copying seven lists a partition was a
-    fifth of the projection at 100k partitions): turn the columns into Arrow (or copy them, as
-    partition_state_rows does) before the cluster applies another event."""
+    all rows' replica states one after the other, each row's in broker order). List values are the
+    partitions' own lists, not copies (a fifth of the projection at 100k partitions): turn the
+    columns into Arrow (or copy them: partition_state_rows) before the cluster applies an event."""
     # all_partitions() comes in key order already (and thaws the cold ones); other keys are sorted here
     order = [p.key for p in cl.all_partitions()] if keys is None else _key_order(keys)
     cols: dict[str, list] = {c: [] for c in PARTITION_COLUMNS}

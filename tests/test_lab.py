@@ -263,3 +263,19 @@ def test_chaos_schedule_is_the_seeds(scenario):
     if scenario == "chaos-admin":
         cmds = {c[1][0].split()[0] for calls, _ in runs.values() for c in calls if c[0] == "call"}
         assert {"controller_start"} <= acts and {"reassign", "cancel"} <= cmds
+
+
+def test_committed_chaos_recordings_are_their_seeds_schedules():
+    """A chaos recording's manifest (its seed, its steps and signals as the real run made them) is the
+    schedule the scenario makes today for that seed: `isrflow lab chaos --seed N` replays it."""
+    from jobs.lab.scenarios import SCENARIOS
+    recs = sorted(p for p in DATA.glob("chaos*--seed-*") if (p / "manifest.json").exists())
+    assert recs
+    for rec in recs:
+        m = json.loads((rec / "manifest.json").read_text())
+        x = _FakeCtx(m["seed"])
+        SCENARIOS[m["scenario"]].fn(x)
+        planned = [dict(kw)["action"] for name, a, kw in x.calls if name == "event" and a[0] == "chaos_step"]
+        signals = [(a[0], a[1].name) for name, a, _ in x.calls if name == "signal"]
+        assert planned == [e["action"] for e in m["timeline"] if e["event"] == "chaos_step"], rec.name
+        assert signals == [(e["node"], e["signal"]) for e in m["timeline"] if e["event"] == "signal"], rec.name

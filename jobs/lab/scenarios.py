@@ -399,49 +399,7 @@ def _chaos(x: Ctx, admin: bool) -> None:
             acts += ["controller"]
         act = rng.choice(acts)
         x.event("chaos_step", step=step, action=act, seed=x.seed)
-        if act == "fault":
-            b, sig = rng.choice(running), rng.choice(CHAOS_FAULTS)
-            if sig == "SIGKILL":
-                # not required: a broker still fenced after an earlier SIGSTOP gets no second fence
-                pos = x.controller_log_pos()
-                x.signal(b, signal.SIGKILL)
-                x.wait_fenced(b, pos, required=False)
-                down.add(b)
-            elif sig == "SIGTERM":
-                x.signal(b, signal.SIGTERM, wait=True)
-                down.add(b)
-            else:
-                x.signal(b, signal.SIGSTOP)
-                x.sleep(rng.uniform(2, 9))          # past the 6 s session timeout or not
-                x.signal(b, signal.SIGCONT)
-        elif act == "restart":
-            b = rng.choice(sorted(down))
-            x.start(b)
-            down.discard(b)
-        elif act == "controller":
-            pos = x.controller_log_pos()
-            x.signal(CONTROLLER_ID, signal.SIGKILL)
-            x.sleep(rng.uniform(3, 6))
-            x.c.start(CONTROLLER_ID)
-            x.wait("controller active again", lambda: _active_since(x, pos), 40, required=False)
-        else:
-            try:                        # the admin client may reach no broker that answers in time
-                if act == "min-isr":
-                    x.config("topic", T, min_insync_replicas=rng.randint(1, 3))
-                elif act == "unclean-config":
-                    x.config("topic", T, unclean_leader_election_enable=rng.choice(["true", "false"]))
-                elif act == "reassign":
-                    part, target = rng.randint(0, 1), rng.sample([1, 2, 3], 2)
-                    x.call(f"reassign r {part} {target[0]},{target[1]}")
-                    x.event("reassign", topic="r", partition=part, target=target)
-                elif act == "cancel":
-                    part = rng.randint(0, 1)
-                    x.call(f"cancel r {part}")
-                    x.event("cancel_reassignment", topic="r", partition=part)
-                else:
-                    x.elect("PREFERRED" if act == "elect-preferred" else "UNCLEAN", f"{T}:0,1,2")
-            except DriverError as e:
-                x.event("chaos_step_failed", step=step, action=act, error=str(e)[:200])
+        _chaos_step(x, rng, act, running, down)
         x.sleep(rng.uniform(1, 4))
         if len(down) < 3:               # with every broker down nobody answers (the admin call waits 60 s)
             try:
@@ -450,10 +408,7 @@ def _chaos(x: Ctx, admin: bool) -> None:
                 x.event("describe_failed", label=f"after step {step} ({act})", error=str(e)[:200])
     for b in sorted(down):
         x.start(b)
-    if admin:
-        x.config("topic", T, min_insync_replicas=2, unclean_leader_election_enable="false")
-    else:
-        x.config("topic", T, min_insync_replicas=2)
+    x.config("topic", T, min_insync_replicas=2, **({"unclean_leader_election_enable": "false"} if admin else {}))
     led = x.wait("every partition led", lambda: all(p["leader"] >= 0 for p in x.describe(record=False)), 20,
                  required=False)
     if not led:
@@ -462,6 +417,53 @@ def _chaos(x: Ctx, admin: bool) -> None:
     x.wait("ISR complete", lambda: x.isr_full(), 40, required=False)
     x.describe(topics, label="all back")
     x.sleep(2)
+
+
+def _chaos_step(x: Ctx, rng: random.Random, act: str, running: list[int], down: set[int]) -> None:
+    """One step of a chaos schedule (`down`: the brokers it stopped, updated here)."""
+    if act == "fault":
+        b, sig = rng.choice(running), rng.choice(CHAOS_FAULTS)
+        if sig == "SIGKILL":
+            # not required: a broker still fenced after an earlier SIGSTOP gets no second fence
+            pos = x.controller_log_pos()
+            x.signal(b, signal.SIGKILL)
+            x.wait_fenced(b, pos, required=False)
+            down.add(b)
+        elif sig == "SIGTERM":
+            x.signal(b, signal.SIGTERM, wait=True)
+            down.add(b)
+        else:
+            x.signal(b, signal.SIGSTOP)
+            x.sleep(rng.uniform(2, 9))          # past the 6 s session timeout or not
+            x.signal(b, signal.SIGCONT)
+    elif act == "restart":
+        b = rng.choice(sorted(down))
+        x.start(b)
+        down.discard(b)
+    elif act == "controller":
+        pos = x.controller_log_pos()
+        x.signal(CONTROLLER_ID, signal.SIGKILL)
+        x.sleep(rng.uniform(3, 6))
+        x.c.start(CONTROLLER_ID)
+        x.wait("controller active again", lambda: _active_since(x, pos), 40, required=False)
+    else:
+        try:                            # the admin client may reach no broker that answers in time
+            if act == "min-isr":
+                x.config("topic", T, min_insync_replicas=rng.randint(1, 3))
+            elif act == "unclean-config":
+                x.config("topic", T, unclean_leader_election_enable=rng.choice(["true", "false"]))
+            elif act == "reassign":
+                part, target = rng.randint(0, 1), rng.sample([1, 2, 3], 2)
+                x.call(f"reassign r {part} {target[0]},{target[1]}")
+                x.event("reassign", topic="r", partition=part, target=target)
+            elif act == "cancel":
+                part = rng.randint(0, 1)
+                x.call(f"cancel r {part}")
+                x.event("cancel_reassignment", topic="r", partition=part)
+            else:
+                x.elect("PREFERRED" if act == "elect-preferred" else "UNCLEAN", f"{T}:0,1,2")
+        except DriverError as e:
+            x.event("chaos_step_failed", action=act, error=str(e)[:200])
 
 
 def _active_since(x: Ctx, pos: int) -> bool:
