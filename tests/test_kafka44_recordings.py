@@ -19,7 +19,7 @@ ALL_RECORDINGS = ("sigkill-restart", "sigterm-restart", "sigstop-isolate", "reas
                   "sigterm-restart--under-load",
                   # seeded random faults (`isrflow lab chaos --seed 2`): a broker that led epoch 1 rejoins
                   # leader 3's ISR at epoch 5; its first fetch diverges (jobs.metalog.convert
-                  # CATCH_UP_FETCHES), and the expansion and the decisions after it must still agree
+                  # Converter.catch_up), and the expansion and the decisions after it must still agree
                   "chaos--seed-2",
                   # seed 7: broker 2, SIGTERMed while it led nothing, is fenced with no controlled-shutdown
                   # record; it re-registers while in every partition's ELR and Kafka leaves it there (a clean

@@ -56,13 +56,16 @@ IMPORT_SETTINGS = {
 
 class Part:
     __slots__ = ("topic", "tid", "pid", "replicas", "isr", "elr", "lkelr", "leader", "le", "pe", "lrs", "adding",
-                 "removing")
+                 "removing", "fetched")
 
     def __init__(self, topic, tid, pid):
         self.topic, self.tid, self.pid = topic, tid, pid
         self.replicas, self.isr, self.elr, self.lkelr = [], [], [], []
         self.leader, self.le, self.pe, self.lrs = NO_LEADER, 0, 0, 0
         self.adding, self.removing = [], []
+        # broker -> the leader epoch in which the stream last had it fetch (catch_up): a follower's
+        # first fetch in a leader epoch may find its log diverging from the new leader's
+        self.fetched: dict[int, int] = {}
 
     def snap(self) -> tuple:
         # lists are never changed in place (a change assigns a new list), so a snapshot can share them
@@ -630,7 +633,7 @@ class Converter:
                 self.add_row(self.row(r, "Reassign", s, s, part, after=after))
             elif b_add or b_rem:
                 if "isr" in d:
-                    s0, s1 = self.fetches(T, P, b_leader, [x for x in a_isr if x not in b_isr] or list(b_add))
+                    s0, s1 = self.fetches(part, b_leader, after[5], [x for x in a_isr if x not in b_isr] or list(b_add))
                     self.add_row(self.row(r, "AlterPartition", s0, s1, part, {"reassignment": "completed"}, after=after))
                 else:
                     s = self.emit({"type": "Reassign", "topic": T, "partition": P, "replicas": None})
@@ -661,12 +664,11 @@ class Converter:
                                 "acks": 1})
                 for f in a_isr:
                     if f != b_leader and f in b_isr:
-                        for _ in range(CATCH_UP_FETCHES):
-                            self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": f, "target": b_leader})
+                        self.catch_up(part, f, b_leader, after[5])
                 # the leader's own check of this partition (a broker-wide Tick would visit all its partitions)
                 s1 = self.emit({"type": "Tick", "broker": b_leader, "topic": T, "partition": P})
             if added:
-                a0, s1 = self.fetches(T, P, b_leader, added)
+                a0, s1 = self.fetches(part, b_leader, after[5], added)
                 s0 = s0 or a0
             if s0 is None:       # an ISR change without a change (a reorder) or only ELR/recovery state
                 self.unexplained += 1
@@ -690,27 +692,34 @@ class Converter:
             if f != leader:
                 self.emit({"type": "Fetch", "topic": part.topic, "partition": part.pid, "broker": f,
                            "target": leader})
+                part.fetched[f] = after[5]
 
-    def fetches(self, T, P, leader, replicas) -> tuple[int, int]:
-        """Each replica fetches from the leader until it is caught up (CATCH_UP_FETCHES)."""
+    def fetches(self, part: Part, leader, le: int, replicas) -> tuple[int, int]:
+        """Each replica catches up with the leader (catch_up); with none, the leader's own check."""
         first = last = None
         for a in replicas:
-            for _ in range(CATCH_UP_FETCHES):
-                last = self.emit({"type": "Fetch", "topic": T, "partition": P, "broker": a, "target": leader})
-                first = first or last
+            f0, last = self.catch_up(part, a, leader, le)
+            first = first or f0
         if first is None:
-            first = last = self.emit({"type": "Tick", "broker": leader, "topic": T, "partition": P})
+            first = last = self.emit({"type": "Tick", "broker": leader, "topic": part.topic, "partition": part.pid})
         return first, last
 
-
-# The fetches that bring a follower to the leader's log end in the engine: a first fetch that finds its
-# log diverging from the leader's (it led an epoch the leader does not have: answered DIVERGING_EPOCH,
-# C6/C7, and truncated), one that copies up to the leader's LEO, one at the LEO (the leader learns the
-# follower's position from the fetch offset of the next request). Without divergence the third is at
-# the log end again and changes nothing. A real cluster showed it (the lab's `chaos` scenario, seed 2:
-# a broker that led epoch 1 rejoined leader 3's ISR at epoch 5; with two fetches the expansion, and
-# the decisions of that partition after it, were missing from the replay).
-CATCH_UP_FETCHES = 3
+    def catch_up(self, part: Part, f: int, leader: int, le: int) -> tuple[int, int]:
+        """Follower f fetches from the leader (leader epoch `le`) until the engine's leader sees it at its
+        log end: up to the LEO, then at it (the leader learns a position from the next request's offset).
+        Before those, on f's first fetch in this leader epoch, one more: f's log may diverge from the new
+        leader's (it holds an epoch the leader does not), and that fetch is answered DIVERGING_EPOCH and
+        truncates it (C6/C7). A real cluster needed it (the lab's `chaos`, seed 2: a broker that had led
+        epoch 1 rejoined leader 3's ISR at epoch 5; with two fetches the expansion and the partition's
+        decisions after it were missing). Returns the first and last seq."""
+        n = 2 if part.fetched.get(f) == le else 3
+        part.fetched[f] = le
+        first = last = self.emit({"type": "Fetch", "topic": part.topic, "partition": part.pid, "broker": f,
+                                  "target": leader})
+        for _ in range(n - 1):
+            last = self.emit({"type": "Fetch", "topic": part.topic, "partition": part.pid, "broker": f,
+                              "target": leader})
+        return first, last
 
 
 def convert(ml: MetaLog) -> Result:
