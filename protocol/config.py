@@ -103,6 +103,11 @@ def validate_topic_config(cfg: dict, strict: bool = False) -> dict:
     strategy = cfg.get("unclean.recovery.strategy")
     if strategy is not None:
         parse_strategy(strategy)
+    return _normalized(cfg)
+
+
+def _normalized(cfg: dict) -> dict:
+    """A checked topic config as it is kept: the modelled keys stripped, the others as given."""
     return {k: None if v is None else str(v).strip() if k in TOPIC_KEYS else str(v) for k, v in cfg.items()}
 
 
@@ -138,11 +143,12 @@ def checked_topic_config(cfg: dict, creation: bool = False,
         if nulls:
             return ("INVALID_CONFIG", "Null value not supported for topic configs: " + ",".join(nulls)), None
     try:
-        if existing:
-            whole = {k: v for k, v in existing.items() if k not in TOPIC_KEYS}
-            merge_config(whole, cfg)
-            validate_topic_config(whole, strict=True)
-        return None, validate_topic_config(cfg, strict=True)
+        if not existing:
+            return None, validate_topic_config(cfg, strict=True)
+        whole = {k: v for k, v in existing.items() if k not in TOPIC_KEYS}
+        merge_config(whole, cfg)        # the change's own keys are checked as part of the whole
+        validate_topic_config(whole, strict=True)
+        return None, _normalized(cfg)
     except ConfigError as e:
         return ("INVALID_CONFIG", str(e)), None
 

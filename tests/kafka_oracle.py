@@ -13,10 +13,14 @@ needs_kafka_java = pytest.mark.skipif(kafka_classpath() is None or shutil.which(
                                       reason="needs the Kafka 4.4.0 JARs (./dev setup) and java")
 
 
+def _command(oracle: str, *args: str) -> list[str]:
+    """The command line that runs java/lab/<oracle>.java with its arguments `args`."""
+    return ["java", "-cp", kafka_classpath(), str(ROOT / "java" / "lab" / f"{oracle}.java"), *args]
+
+
 def ask(oracle: str, lines: list[str], *args: str) -> list[str]:
     """java/lab/<oracle>.java's answer lines to `lines` (its arguments `args`)."""
-    r = subprocess.run(["java", "-cp", kafka_classpath(), str(ROOT / "java" / "lab" / f"{oracle}.java"), *args],
-                       input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(_command(oracle, *args), input="".join(line + "\n" for line in lines), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout.splitlines()
 
@@ -26,8 +30,8 @@ class Session:
     writes one line and reads its one answer line (the oracles flush after each)."""
 
     def __init__(self, oracle: str, *args: str):
-        self.proc = subprocess.Popen(["java", "-cp", kafka_classpath(), str(ROOT / "java" / "lab" / f"{oracle}.java"),
-                                      *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(_command(oracle, *args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, bufsize=1)
 
     def ask1(self, line: str) -> str:
         self.proc.stdin.write(line + "\n")

@@ -714,12 +714,9 @@ class Converter:
         decisions after it were missing). Returns the first and last seq."""
         n = 2 if part.fetched.get(f) == le else 3
         part.fetched[f] = le
-        first = last = self.emit({"type": "Fetch", "topic": part.topic, "partition": part.pid, "broker": f,
-                                  "target": leader})
-        for _ in range(n - 1):
-            last = self.emit({"type": "Fetch", "topic": part.topic, "partition": part.pid, "broker": f,
-                              "target": leader})
-        return first, last
+        seqs = [self.emit({"type": "Fetch", "topic": part.topic, "partition": part.pid, "broker": f,
+                           "target": leader}) for _ in range(n)]
+        return seqs[0], seqs[-1]
 
 
 def convert(ml: MetaLog) -> Result:
