@@ -117,10 +117,8 @@ def serve(p: Partition, b: int, frep: Optional[Replica], lrep: Replica, target: 
     leo_changed = _update_follower_state(p, fs, off, leader_leo, bepoch)
     if frep is not None:
         _apply_records(frep.log, llog, off, leader_leo, resp_hw)
-    # B7 then B6 at the leader
-    st = lrep.isr_state
-    if not st.is_pending and b not in st.isr:
-        leader.maybe_expand(p, lrep, b, fs)
+    # B7 then B6 at the leader (maybe_expand holds B7's own conditions: no pending change, b not in the ISR)
+    leader.maybe_expand(p, lrep, b, fs)
     if leo_changed:
         leader.maybe_increment_hw(p, lrep, "Fetch")
     if p.cl.config.fetch_all:
