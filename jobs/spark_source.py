@@ -20,8 +20,9 @@ stream by file NAME; and the engine needs each row's exact stream position. This
   carry from the batch's carry over the files before its own (carry_after): a Parquet
   file whose seq / ts_ms columns are monotone needs only a vectorized check and the
   validation of its last rows; any other file is scanned without routing.
-* the pre-stage routing: partition-scoped rows go to their bucket (a CreatePartition also to
-  every other one, in a NOTES item: its topic's replication factor, Cluster.note_creation),
+* the pre-stage routing: partition-scoped rows go to their bucket (a CreatePartition or
+  PartitionRecord also to every other one, in a NOTES item: its topic exists, with its replication
+  factor, Cluster.note_creation),
   broker-scoped rows and topic-wide AlterConfig to every bucket (the stateless explode), rows rejected here to
   the bucket of their partition (bucket 0 if none). Rows are packed: one output row per
   (bucket, chunk of input rows) holding a pickled list of items, so Spark moves a few
@@ -49,7 +50,7 @@ import pickle
 import zlib
 from pathlib import Path
 
-from protocol.cluster import NARROWABLE_TYPES, PARTITION_TYPES, Foreign, order_reject_reason
+from protocol.cluster import CREATING_TYPES, NARROWABLE_TYPES, PARTITION_TYPES, Foreign, creation_of, order_reject_reason
 from schemas._derive import safe_text
 from schemas.events import EVENT_COLUMNS, plain_event_maker, validate
 
@@ -61,8 +62,8 @@ from .streamio import VALUES, Plain, iter_file_rows, list_stream_files, row_to_j
 SCHEMA = "bucket int, pos long, et_ms long, n_in long, min_seq long, max_seq long, payload binary"
 FORMAT = "isrflow"
 CHUNK_ROWS = 50_000
-# a chunk item: a row to apply, a row the source rejected, a run of other buckets' CreatePartition
-# rows (NOTES, _note_creation)
+# a chunk item: a row to apply, a row the source rejected, a run of other buckets' creations
+# (CreatePartition, PartitionRecord rows: NOTES, Cluster.note_creation)
 APPLY, REJECTED, NOTES = 0, 1, 2
 
 
@@ -159,8 +160,8 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
                 item = (APPLY, names, values, row_to_json(raw, text) if keep_raw else pos)
                 if scoped:
                     chunk.put(own := bucket(topic, part), item)
-                    if typ == "CreatePartition":
-                        chunk.note(own, names, values, seq, ts, topic)
+                    if typ in CREATING_TYPES:
+                        chunk.note(own, names, values, seq, ts, typ, topic)
                 else:
                     for b in all_b:
                         chunk.put(b, item)
@@ -170,11 +171,13 @@ def scan_rows(rows, carry: tuple[int, int], n_buckets: int, chunk_rows: int = CH
 
 
 class _Chunk:
-    """One chunk's items per bucket (scan_rows), and the chunk's CreatePartition rows as notes for
-    the buckets that do not own them: each is pickled once, as (seq, ts_ms, topic, replicas, config),
+    """One chunk's items per bucket (scan_rows), and the chunk's creations (CreatePartition and
+    PartitionRecord rows) as notes for the buckets that do not own them: each is pickled once, as
+    (seq, ts_ms, protocol.cluster.creation_of),
     and a bucket's notes since its previous item go before its next item (and at the chunk's end) as
     one NOTES item: (NOTES, their topics, their pickles back to back). From the notes every bucket
-    learns each topic's replication factor (protocol.cluster.Foreign, Cluster.note_creation); one that
+    learns which topics exist, with their replication factors (protocol.cluster.Foreign,
+    Cluster.note_creation); one that
     knows the factor of every topic in a NOTES item drops it unread (noted_creations): only a topic's
     first creation that succeeds sets its factor. (With 100,000 creations over 16 buckets, a note item
     per bucket and creation, each unpickled in its bucket, cost a 1M-row Spark replay ~9%.)"""
@@ -201,13 +204,14 @@ class _Chunk:
         items.append((NOTES, frozenset(self.topics[i:j]), b"".join(self.pickles[i:j])))
         self.upto[b] = j
 
-    def note(self, own: int, names, values, seq: int, ts: int, topic: str) -> None:
-        """A CreatePartition that bucket `own` applies (put before): a note for the others."""
+    def note(self, own: int, names, values, seq: int, ts: int, typ: str, topic: str) -> None:
+        """A creation (protocol.cluster.CREATING_TYPES) that bucket `own` applies (put before): a note
+        for the others, (seq, ts_ms) and its creation_of."""
         at = _CREATION_AT.get(names)
         if at is None:
             at = _CREATION_AT[names] = tuple(names.index(c) if c in names else None for c in ("replicas", "config"))
-        self.pickles.append(pickle.dumps((seq, ts, topic) + tuple(None if i is None else values[i] for i in at),
-                                         protocol=5))
+        replicas, config = (None if i is None else values[i] for i in at)
+        self.pickles.append(pickle.dumps((seq, ts, creation_of(typ, topic, replicas, config)), protocol=5))
         self.topics.append(topic)
         self.upto[own] = len(self.pickles)
 
@@ -249,7 +253,7 @@ def noted_creations(item, known: dict) -> list:
     out = []
     while buf.tell() < len(item[2]):
         n = load()
-        out.append(Foreign(n[0], n[1], n[2:]))
+        out.append(Foreign(*n))
     return out
 
 

@@ -83,9 +83,27 @@ class Foreign:
         self.creation = creation
 
 
-def creation_of(ev: dict) -> tuple:
-    """A CreatePartition's (topic, replicas, config): what another cluster needs of it (Foreign)."""
-    return ev["topic"], ev["replicas"], ev.get("config")
+# the rows that can create a topic's first partition: every cluster of a replay learns of them
+# (Foreign, note_creation), so each knows which topics exist and their replication factors
+CREATING_TYPES = frozenset({"CreatePartition", "PartitionRecord"})
+
+
+def creation_of(typ: str, topic, replicas, config) -> tuple | None:
+    """What another cluster needs of a row that may create its topic's first partition (Foreign):
+    (topic, replicas, config, type); None for any other type. The one place the note is built (the
+    Spark source pickles it, a parallel replay's reader and Cluster.apply pass it on)."""
+    return (topic, replicas, config, typ) if typ in CREATING_TYPES else None
+
+
+def _recorded_config(config) -> tuple[str | None, dict]:
+    """A PartitionRecord's config: (why it is refused, or None; the validated config). A recorded
+    fact, not a request: an invalid one is a rejected row, not an answer."""
+    if not config:
+        return None, {}
+    try:
+        return None, validate_topic_config(config)
+    except ConfigError as e:
+        return str(e), {}
 
 
 class Cluster:
@@ -278,7 +296,7 @@ class Cluster:
         ts = ev["ts_ms"]
         typ = ev["type"]
         if self.owns is not None and self.is_foreign(typ, ev.get("topic"), ev.get("partition")):
-            self.pass_foreign(seq, ts, creation_of(ev) if typ == "CreatePartition" else None)
+            self.pass_foreign(seq, ts, creation_of(typ, ev.get("topic"), ev.get("replicas"), ev.get("config")))
             return
         scoped = _SCOPED[typ]
         if scoped is None:
@@ -348,7 +366,7 @@ class Cluster:
     def pass_foreign(self, seq: int, ts: int, creation: tuple | None = None) -> None:
         """A foreign row (is_foreign) only moves this cluster's stream order forward when it passes the
         order check; when it fails, its owner writes the rejected row, so nothing happens here. A
-        foreign CreatePartition (`creation`: creation_of) may set its topic's replication factor."""
+        foreign creation (`creation`: creation_of) may make its topic known, with its replication factor."""
         if not self.out_of_order(seq, ts):
             if creation is not None and creation[0] not in self.topic_rf:
                 self.note_creation(creation, ts)
@@ -356,12 +374,19 @@ class Cluster:
             self.max_ts = ts
 
     def note_creation(self, creation: tuple, ts: int) -> None:
-        """Another cluster's CreatePartition of a topic with no replication factor yet: if the
-        creation succeeds (its owner decides with the same broker registry and the same checks,
-        _creation_refusal, at the same place in the stream: sessions expired up to its time), its
-        replica count is the topic's replication factor here too."""
+        """Another cluster's creation (creation_of) in a topic not known here yet: if it succeeds, the
+        topic exists here too, with its replica count as replication factor and its config as the
+        topic's. Its owner decides with the same broker registry and the same checks at the same place
+        in the stream (sessions expired up to its time): a CreatePartition's _creation_refusal; a
+        PartitionRecord's config (the rest of its checks are the row's own, made by validation, and
+        its partition cannot exist where its topic does not)."""
         self.expire_due(ts)
-        topic, replicas, config = creation
+        topic, replicas, config, typ = creation
+        if typ == "PartitionRecord":
+            why, recorded = _recorded_config(config)
+            if why is None:
+                self._first_creation(topic, len(replicas), recorded)
+            return
         bad, cfg, _ = self._creation_refusal(topic, -1, replicas, config)
         if bad is None:
             self._first_creation(topic, len(replicas), cfg)
@@ -543,13 +568,13 @@ class Cluster:
         if p is not None and (ev["partition_epoch"] <= p.partition_epoch or ev["leader_epoch"] < p.leader_epoch):
             raise Reject(f"partition epoch {ev['partition_epoch']} / leader epoch {ev['leader_epoch']} is not after "
                          f"the current {p.partition_epoch} / {p.leader_epoch} (epoch going backwards)")
-        cfg = {}
-        if ev.get("config"):
-            try:
-                cfg = validate_topic_config(ev["config"])
-            except ConfigError as e:
-                raise Reject(str(e)) from None
+        bad, cfg = _recorded_config(ev.get("config"))
+        if bad is not None:
+            raise Reject(bad)
         if p is None:
+            if topic not in self.topic_rf:      # as a CreatePartition: the topic's first partition
+                self._first_creation(topic, len(replicas), cfg)
+                cfg = {}
             p = self._new_partition(topic, part, ts, cfg)
         elif cfg:
             p.config.update(cfg)
@@ -606,6 +631,10 @@ class Cluster:
             self.end(p)
             return
         err, cfg = checked_topic_config(change, existing=self.topic_cfg.get(topic))
+        if cfg is not None and topic not in self.topic_rf:
+            # ConfigurationControlManager#validateAlterConfig: the topic's existence is checked after
+            # its configs. Every cluster of a replay knows the topics created so far (note_creation)
+            err, cfg = ("UNKNOWN_TOPIC_OR_PARTITION", f"The topic '{topic}' does not exist."), None
         if self.emit_global:
             self.emit_at("admin", {"type": "AlterConfig", "broker": None,
                                    "result": "NONE" if cfg is not None else err[0],

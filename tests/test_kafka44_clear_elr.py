@@ -14,8 +14,7 @@ from tests.streams import S
 def _two_partitions_elr_populated():
     """t-0 and t-1 with replicas [1, 2, 3], min ISR 2; brokers 3 then 2 fenced: ISR [1], ELR [2]."""
     s = S().up(1, 2, 3)
-    s.alter_config(min_insync_replicas=2)
-    s.create([1, 2, 3])
+    s.create([1, 2, 3], config={"min.insync.replicas": "2"})     # the topic's config (CreateTopics)
     s.add(type="CreatePartition", topic="t", partition=1, replicas=[1, 2, 3])
     s.add(type="CreatePartition", topic="u", partition=0, replicas=[1, 2, 3])   # another topic
     s.at(100).fence(3)
@@ -60,8 +59,7 @@ def test_clearing_empty_elr_bumps_nothing():
 
 def test_last_known_elr_is_cleared_too_and_leader_does_not_move():
     s = S().up(1, 2)
-    s.alter_config(min_insync_replicas=2)
-    s.create([1, 2])
+    s.create([1, 2], config={"min.insync.replicas": "2"})
     s.at(10).fence(2)
     s.fence(1)                                  # leaderless: ISR [], ELR [1, 2], lastKnownElr [1]
     seq = s.at(20).alter_config(min_insync_replicas=1)
@@ -82,8 +80,7 @@ def test_elr_disabled_writes_no_clear():
 def test_next_shrink_below_raised_min_isr_fills_elr_again():
     # real cluster: raising min ISR 2 -> 3 with a 2-member ISR adds no ELR member; the next shrink does
     s = S().up(1, 2, 3)
-    s.alter_config(min_insync_replicas=2)
-    s.create([1, 2, 3])
+    s.create([1, 2, 3], config={"min.insync.replicas": "2"})     # the topic's config (CreateTopics)
     s.at(10).fence(3)                           # ISR [1, 2] (= min ISR: ELR empty)
     seq_cfg = s.at(20).alter_config(min_insync_replicas=3)
     seq = s.at(30).fence(2)

@@ -195,8 +195,9 @@ def _routed(events, cfg, n_buckets, batch):
                   else Cluster(conf, emit_global=i == 0, owns=owns(i)))
             for ev in chunk:
                 if ev["type"] in PARTITION_TYPES and not cl.owns((ev["topic"], ev["partition"])):
-                    if ev["type"] == "CreatePartition":      # every bucket gets it (its topic's factor)
-                        cl.pass_foreign(ev["seq"], ev["ts_ms"], creation_of(ev))
+                    made = creation_of(ev["type"], ev["topic"], ev.get("replicas"), ev.get("config"))
+                    if made is not None:      # every bucket learns of a creation (its topic, its factor)
+                        cl.pass_foreign(ev["seq"], ev["ts_ms"], made)
                     continue
                 cl.apply(ev)
             cl.finish(seen)

@@ -80,7 +80,7 @@ def test_other_buckets_creations_come_as_notes_read_only_while_their_topic_has_n
     creations = {}
     for ev in (json.loads(line) for f in list_stream_files(stream) for line in f.read_text().splitlines()):
         if ev["type"] == "CreatePartition":
-            creations[ev["seq"]] = (ev["topic"], ev["replicas"], None)
+            creations[ev["seq"]] = (ev["topic"], ev["replicas"], None, "CreatePartition")
     rows, _ = run_scan([(i, str(f)) for i, f in enumerate(list_stream_files(stream))], (0, 0), 4, chunk_rows=40)
     groups = [it for r in rows for it in unpack(r[6]) if it[0] == NOTES]
     assert len(groups) > 10

@@ -220,16 +220,20 @@ class Converter:
                 self.emit({"type": "BrokerFence", "broker": bid})
             if b.in_cs:
                 self.emit({"type": "BrokerControlledShutdown", "broker": bid})
-        for name in sorted(self.topics.values()):
-            cfg = self.topic_cfg(name)
-            if cfg:
-                self.emit({"type": "AlterConfig", "topic": name, "partition": None, "config": cfg})
+        loaded: set[str] = set()
         for r in recs:
             if r.type == "PartitionRecord" and r.data is not None:
                 p = self.apply_pr(r.data)
                 ev = {"type": "PartitionRecord", "topic": p.topic, "partition": p.pid, "replicas": p.replicas,
                       "isr": p.isr, "elr": p.elr, "last_known_elr": p.lkelr, "leader": p.leader,
                       "leader_epoch": p.le, "partition_epoch": p.pe, "leader_recovery_state": LRS.get(p.lrs)}
+                if p.topic not in loaded:
+                    # the topic's first partition carries the topic's configs (as CreateTopics' first
+                    # partition does): an AlterConfig before it would find no topic, as in Kafka
+                    loaded.add(p.topic)
+                    cfg = self.topic_cfg(p.topic)
+                    if cfg:
+                        ev["config"] = cfg
                 s = self.emit(ev)
                 self.add_row(self.row(r, "Snapshot", s, s, p, {"in_snapshot": True}))
                 self.follow(p, p.snap())
@@ -558,14 +562,14 @@ class Converter:
                     break
                 parts.append(x)
             k += 1
+        # the request's configs are the topic's: its first partition carries them (Cluster._first_creation)
         cfg = self.topic_cfg(name)
-        if cfg:
-            # a topic config, not a per-partition one: later topic-wide AlterConfigs must be able to change it
-            self.emit({"type": "AlterConfig", "topic": name, "partition": None, "config": cfg})
         for x in parts:
             p = self.apply_pr(x.data)
-            s = self.emit({"type": "CreatePartition", "topic": name, "partition": p.pid,
-                           "replicas": list(p.replicas)})
+            ev = {"type": "CreatePartition", "topic": name, "partition": p.pid, "replicas": list(p.replicas)}
+            if cfg:
+                ev["config"], cfg = cfg, None
+            s = self.emit(ev)
             self.add_row(self.row(x, "CreatePartition", s, s, p))
             self.follow(p, p.snap())
         return k
