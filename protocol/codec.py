@@ -156,9 +156,9 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     cl.view_seq = dict(t[5])
     cl.last_seq, cl.max_ts, cl.applied, cl.rejected = t[6:10]
     cl.reg_base = {int(k): BrokerReg(*v) for k, v in t[10].items()}
-    # state written before topics had a replication factor (2026-11-29) has none: a topic's next
-    # creation that succeeds sets it, as the topic's first would (and, with a config, the topic's
-    # config: Cluster._first_creation)
+    # state written before topics had a replication factor (2026-11-29) has none: the topics of the
+    # partitions here get one (_know_own_topics); another topic's next creation that succeeds sets
+    # its own, as the topic's first would
     cl.topic_rf = dict(t[11]) if len(t) > 11 else {}
     cl.set_sess_next()
     return cl
@@ -223,7 +223,9 @@ def decode_cluster(blob: bytes, config: EngineConfig, emit_global: bool = True, 
     """The cluster of a blob; under versions 3 and 4 with every partition cold (decoded when used)."""
     v, body = _frame(blob)
     if v == 2:
-        return cluster_in(config, _unpack(body), emit_global=emit_global, owns=owns)
+        cl = cluster_in(config, _unpack(body), emit_global=emit_global, owns=owns)
+        _know_own_topics(cl)
+        return cl
     head, parts = _unpack(body, zipped=False)
     cl = cluster_in(config, _unpack(head, zipped=v == 3), emit_global=emit_global, owns=owns)
     if v == 3:
@@ -236,7 +238,23 @@ def decode_cluster(blob: bytes, config: EngineConfig, emit_global: bool = True, 
     else:
         cl.cold = _cold_of(parts)
     cl.thaw_fn = thaw
+    _know_own_topics(cl)
     return cl
+
+
+def _know_own_topics(cl: Cluster) -> None:
+    """A topic with partitions here is a topic that exists (Cluster.topic_rf), with the replica count
+    of its first partition here as its replication factor. State written by an earlier isrflow may
+    lack topics: all of them before topics had a factor, those loaded by PartitionRecord before such a
+    record created its topic (2026-11-29). Comparing topic names costs nothing when none is missing,
+    as in any state this version writes; a Spark bucket learns only the topics of its own partitions."""
+    missing = {t for t in cl.cold.topics if t not in cl.topic_rf} if cl.cold else set()
+    missing.update(k[0] for k in cl.partitions if k[0] not in cl.topic_rf)
+    for topic in sorted(missing):
+        keys = cl.topic_keys(topic)
+        if keys:
+            first = cl.part(keys[0])
+            cl.topic_rf[topic] = len(first.replicas)
 
 
 def thaw(cl: Cluster, key: tuple) -> Partition:

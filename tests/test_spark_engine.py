@@ -98,3 +98,16 @@ def test_await_idle_waits_for_a_job_started_in_the_background(spark):
         time.sleep(0.02)
     assert await_idle(spark, timeout=0.3) is False
     t.join(timeout=30)
+
+
+def test_spark_knows_every_topic(spark, tmp_path):
+    """Topics created by CreatePartition and by PartitionRecord, changed before and after they exist
+    (tests/test_topic_existence.py), through Spark itself (8 buckets, a file per micro-batch): the
+    in-process engine's tables, one answer per topic-wide AlterConfig whichever bucket holds the topic."""
+    from tests.spark_streams import write_jsonl
+    from tests.test_topic_existence import _spread_stream
+    stream = write_jsonl(_spread_stream(), tmp_path / "s", 3)
+    cfg = EngineConfig({})
+    replay_local(str(stream), str(tmp_path / "local"), cfg)
+    _spark_replay(spark, stream, tmp_path / "spark", cfg, tmp_path / "ck", 1, 2, 8, sink="delta-rs")
+    assert diff_tables(tmp_path / "local", tmp_path / "spark") == {}

@@ -131,21 +131,6 @@ def test_every_layout_knows_every_topic(tmp_path):
     _assert_same(stream, tmp_path, cfg, workers=(2, 3), batch_rows=20)
 
 
-@pytest.mark.spark
-def test_spark_knows_every_topic(spark, tmp_path):
-    """The same stream through Spark itself (8 buckets, a file per micro-batch) equals the
-    in-process engine's tables."""
-    from jobs.local_engine import replay_local
-    from jobs.spark_engine import replay_spark
-    from tests.delta_compare import diff_tables
-    stream = write_jsonl(_spread_stream(), tmp_path / "s", 3)
-    cfg = EngineConfig({})
-    replay_local(str(stream), str(tmp_path / "local"), cfg)
-    replay_spark(str(stream), str(tmp_path / "spark"), cfg, checkpoint=str(tmp_path / "ck"),
-                 max_files_per_trigger=1, shuffle_partitions=2, n_buckets=8, spark=spark, sink="delta-rs")
-    assert diff_tables(tmp_path / "local", tmp_path / "spark") == {}
-
-
 def test_import_gives_a_topics_configs_to_its_first_partition():
     """`isrflow import` writes no topic's configs before the topic: a snapshot's topic configs ride on
     the topic's first PartitionRecord row, a CreateTopics' on its first CreatePartition row. Replayed,
@@ -191,3 +176,40 @@ def test_import_gives_a_topics_configs_to_its_first_partition():
     assert [cl.part(("n", p)).eff_min_isr() for p in range(2)] == [2, 2]
     assert [r["result"] for r in out["admin"] if r["type"] == "AlterConfig"] == ["NONE"]
     assert not rows(out, "metadata_log", cause="ClearElr") and not out.get("rejected")
+
+
+@pytest.mark.parametrize("version", [2, 4])
+@pytest.mark.parametrize("strip", ["no topic_rf", "topics loaded by PartitionRecord unknown"])
+def test_state_of_an_earlier_isrflow_knows_its_partitions_topics(version, strip):
+    """State written before a PartitionRecord created its topic (or before topics had a replication
+    factor at all) lacks topics that have partitions: decoding gives each such topic the replica count
+    of its first partition, so a topic-wide AlterConfig is still answered NONE after an upgrade, and a
+    creation with another replica count still refused."""
+    import pickle
+
+    from protocol.codec import MAGIC, _frame, cluster_out, decode_cluster, encode, encode_cluster
+    evs = _stream([_record("s", p, elr=[3] if p else ()) for p in range(3)]
+                  + [{"type": "CreatePartition", "topic": "c", "partition": 0, "replicas": [1, 2]}])
+    cl = run_events(evs)["_cluster"]
+    assert cl.topic_rf == {"s": 3, "c": 2}
+    t = cluster_out(cl)
+    if strip == "no topic_rf":
+        t = t[:11]
+    else:
+        t = t[:11] + ({"c": 2},)
+    if version == 2:
+        blob = encode(t)
+    else:
+        head, cols = pickle.loads(_frame(encode_cluster(cl))[1])
+        blob = MAGIC + bytes([4]) + pickle.dumps((pickle.dumps(t[:2] + ([],) + t[3:], protocol=4), cols))
+    conf = EngineConfig({})
+    old = decode_cluster(blob, conf)
+    assert old.topic_rf == {"s": 3, "c": 2}
+    n = len(evs)
+    for i, ev in enumerate([{"type": "AlterConfig", "topic": "s", "config": {"min.insync.replicas": "2"}},
+                            {"type": "CreatePartition", "topic": "s", "partition": 5, "replicas": [1, 2]}]):
+        old.apply({"seq": n + 1 + i, "ts_ms": n + 1 + i, "partition": None, **ev})
+    out = old.drain()
+    assert [(r["type"], r["result"]) for r in out["admin"]] == [("AlterConfig", "NONE"),
+                                                               ("CreatePartition", "INVALID_REPLICA_ASSIGNMENT")]
+    assert [(r["partition"], r["cause"]) for r in out["metadata_log"]] == [(1, "ClearElr"), (2, "ClearElr")]

@@ -56,6 +56,7 @@ TIER = [
     "tests/test_kafka44_isr_order.py",
     "tests/test_kafka44_sessions.py",
     "tests/test_kafka44_topic_configs.py",
+    "tests/test_topic_existence.py",
     "tests/test_kafka44_change_builder.py",
     "tests/test_kafka44_epoch_cache.py",
     "tests/test_controller.py",
