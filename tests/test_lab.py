@@ -103,6 +103,36 @@ def test_committed_recordings():
         assert sum(p.stat().st_size for p in rec.rglob("*") if p.is_file()) < 400_000
 
 
+def _refusals_agree(manifest: dict) -> int:
+    """Every request the real controller refused in a recording (jobs.lab.scenarios.REFUSALS, event
+    `refused`) answered by isrflow on the same cluster -- brokers 1-3, the standard topic with its
+    assignment and min.insync.replicas=2 -- with Kafka's error code and message. Returns how many."""
+    from jobs.lab.scenarios import T, T_ASSIGN
+    from tests.engine_util import run_events
+    refused = [e for e in manifest["timeline"] if e["event"] == "refused"]
+    evs = [{"type": "BrokerRegister", "broker": b, "broker_epoch": 10 + b, "previous_broker_epoch": -1}
+           for b in (1, 2, 3)] + [{"type": "BrokerUnfence", "broker": b} for b in (1, 2, 3)]
+    evs += [{"type": "CreatePartition", "topic": T, "partition": p, "replicas": [int(b) for b in a.split(",")],
+             **({"config": {"min.insync.replicas": "2"}} if p == 0 else {})}
+            for p, a in enumerate(T_ASSIGN.split("/"))]
+    n = len(evs)
+    evs += [e["request"] for e in refused]
+    out = run_events([{"seq": i, "ts_ms": i, **e} for i, e in enumerate(evs, 1)])
+    got = {r["seq"]: (r["type"], r["result"], r["detail"]) for r in out["admin"] if r["seq"] > n}
+    want = {n + i: (e["request"]["type"], e["error"], e["message"]) for i, e in enumerate(refused, 1)}
+    assert got == want
+    assert all(w[1] != "NONE" for w in want.values()), want
+    return len(refused)
+
+
+def test_committed_refusals_are_isrflows_answers():
+    """The real Kafka 4.4.0 controller's answers to refused requests (the committed sigkill-restart
+    recording) are isrflow's, code and message."""
+    from jobs.lab.scenarios import REFUSALS
+    m = json.loads((DATA / "sigkill-restart" / "manifest.json").read_text())
+    assert _refusals_agree(m) == len(REFUSALS)
+
+
 def test_cli_list():
     from jobs.cli import main
     assert main(["lab", "--list"]) == 0
@@ -137,6 +167,8 @@ def test_scenario_end_to_end(tmp_path):
             Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] == "Z"
     assert _pids_mentioning(str(work)) == []
     _audit_live(tmp_path / "rec", tmp_path / "tables")
+    from jobs.lab.scenarios import REFUSALS
+    assert _refusals_agree(m) == len(REFUSALS)
 
 
 def _audit_live(rec: Path, tables: Path) -> None:

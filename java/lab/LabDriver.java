@@ -25,6 +25,7 @@ import org.apache.kafka.clients.admin.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.*;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.protocol.Errors;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 import java.io.*;
@@ -72,6 +73,9 @@ public class LabDriver {
                 reply.clear();
                 reply.put("ok", false);
                 reply.put("error", c.getClass().getSimpleName() + ": " + c.getMessage());
+                // the answer as the protocol carries it: the error code's name and the controller's message
+                reply.put("error_code", Errors.forException(c).name());
+                reply.put("message", c.getMessage());
             }
             out.println(JSON.writeValueAsString(reply));
         }
@@ -223,6 +227,8 @@ public class LabDriver {
                     m.put("topic", e.getKey().topic());
                     m.put("partition", e.getKey().partition());
                     m.put("error", e.getValue().map(x -> x.getClass().getSimpleName() + ": " + x.getMessage()).orElse(null));
+                    m.put("error_code", e.getValue().map(x -> Errors.forException(x).name()).orElse("NONE"));
+                    m.put("message", e.getValue().map(Throwable::getMessage).orElse(null));
                     l.add(m);
                 }
                 l.sort(Comparator.comparing(m -> (Integer) m.get("partition")));

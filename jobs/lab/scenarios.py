@@ -92,6 +92,18 @@ class Ctx:
         self.call(f"config {kind} {name or '-'} " + " ".join(f"{k}={v}" for k, v in pairs.items()))
         self.event("alter_config", resource_type=kind, resource=name, configs=pairs)
 
+    def refused(self, cmd: str, request: dict) -> dict:
+        """Send a request the controller must refuse and record its answer: the event `refused` holds
+        the request as an isrflow event (`request`) and Kafka's error code name and message, which
+        isrflow's `admin` row for the same request must equal (tests/test_lab.py). An election's
+        answer is per partition (the first); any other refusal comes back as the call's error."""
+        r = self.call(cmd, check=False)
+        if r.get("ok") and "results" in r:
+            r = r["results"][0]
+        elif r.get("ok"):
+            r = {"error_code": "NONE", "message": None}
+        return self.event("refused", command=cmd, request=request, error=r["error_code"], message=r["message"])
+
     def sleep(self, s: float) -> None:
         time.sleep(s)
 
@@ -153,12 +165,41 @@ def _std_topic(x: Ctx) -> None:
     x.create(T, 3, 3, assign=T_ASSIGN, min_insync_replicas=2)
 
 
+# Requests the controller refuses on the standard topic as _std_topic leaves it (every leader the
+# preferred one, no reassignment, brokers 1-3): the admin client's command and the same request as
+# an isrflow event. Nothing of them reaches the metadata log; the manifest keeps Kafka's answers.
+REFUSALS = [
+    ("config topic absent min.insync.replicas=2",
+     {"type": "AlterConfig", "topic": "absent", "config": {"min.insync.replicas": "2"}}),
+    ("config topic absent foo.bar=1",         # the configs are checked before the topic's existence
+     {"type": "AlterConfig", "topic": "absent", "config": {"foo.bar": "1"}}),
+    ("config topic t min.insync.replicas=0",
+     {"type": "AlterConfig", "topic": T, "config": {"min.insync.replicas": "0"}}),
+    ("config topic t unclean.leader.election.enable=maybe",
+     {"type": "AlterConfig", "topic": T, "config": {"unclean.leader.election.enable": "maybe"}}),
+    ("config topic t foo.bar=1", {"type": "AlterConfig", "topic": T, "config": {"foo.bar": "1"}}),
+    ("cancel t 0", {"type": "Reassign", "topic": T, "partition": 0, "replicas": None}),
+    ("reassign t 0 1,2,9", {"type": "Reassign", "topic": T, "partition": 0, "replicas": [1, 2, 9]}),
+    ("reassign t 0 1,1,2", {"type": "Reassign", "topic": T, "partition": 0, "replicas": [1, 1, 2]}),
+    ("reassign t 7 1,2,3", {"type": "Reassign", "topic": T, "partition": 7, "replicas": [1, 2, 3]}),
+    ("elect PREFERRED t:0", {"type": "ElectLeaders", "topic": T, "partition": 0, "election_type": "PREFERRED"}),
+    ("elect UNCLEAN t:1", {"type": "ElectLeaders", "topic": T, "partition": 1, "election_type": "UNCLEAN"}),
+]
+
+
+def _refusals(x: Ctx) -> None:
+    for cmd, request in REFUSALS:
+        x.refused(cmd, request)
+
+
 # -- the scenarios --------------------------------------------------------------------------
 
 def sigkill_restart(x: Ctx) -> None:
     """SIGKILL broker 2 (unclean shutdown), wait for the controller to fence it, restart it and
-    wait until it is back in every ISR."""
+    wait until it is back in every ISR. First the refusals (REFUSALS), before anything moves."""
     _std_topic(x)
+    x.wait_isr_full()
+    _refusals(x)
     x.produce()
     x.sleep(3)
     x.kill_and_fence(2)
