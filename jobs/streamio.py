@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from protocol.cluster import Foreign, creation_of
+from protocol.cluster import CREATING_TYPES, Foreign, creation_of
 from schemas._derive import fits, is_text, safe_text
 from schemas.events import ValidEvent, plain_event_maker, plain_rows
 from schemas.tables import arrow_schema
@@ -350,8 +350,10 @@ def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterat
         if not ok:
             yield dict(zip(names, vals)), None, None
         elif foreign(typ, topic, part):
-            # another worker's creation still tells this one that its topic exists (and its replication factor)
-            yield Foreign(seq, ts, creation_of(typ, topic, replicas, config)), None, None
+            # another worker's creation still tells this one that its topic exists (its factor, its config);
+            # the type is tested here, not in creation_of, to save a call per foreign row
+            made = creation_of(typ, topic, replicas, config) if typ in CREATING_TYPES else None
+            yield Foreign(seq, ts, made), None, None
         else:
             yield make(*vals), layout, None
 

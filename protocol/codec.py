@@ -252,8 +252,8 @@ def _know_own_topics(cl: Cluster) -> None:
     missing.update(k[0] for k in cl.partitions if k[0] not in cl.topic_rf)
     for topic in sorted(missing):
         keys = cl.topic_keys(topic)
-        if keys:
-            first = cl.part(keys[0])
+        first = cl.part(keys[0]) if keys else None
+        if first is not None:
             cl.topic_rf[topic] = len(first.replicas)
 
 
