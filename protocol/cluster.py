@@ -541,13 +541,13 @@ class Cluster:
         self.emit_at("admin", {"type": "CreatePartition", "broker": None, "result": err, "detail": detail},
                      ev["topic"], ev["partition"], ev["seq"], ev["ts_ms"])
 
-    def _unknown_partition(self, ev, typ: str, msg: str) -> None:
-        """An admin request for a partition this stream never created: UNKNOWN_TOPIC_OR_PARTITION.
-
-        The message names the partition whether or not other partitions of its topic exist: under
-        the Spark engine a bucket only knows the topics of its own partitions, and both engines
-        must write the same row."""
+    def _unknown_partition(self, ev, typ: str, msg: str, no_topic: str | None = None) -> None:
+        """An admin request for a partition this stream never created: UNKNOWN_TOPIC_OR_PARTITION,
+        with Kafka's message for a topic that does not exist (`no_topic`) when its topic has no
+        partition either (every cluster of a replay knows the topics: note_creation), else `msg`."""
         topic, part = ev["topic"], ev["partition"]
+        if no_topic is not None and topic not in self.topic_rf:
+            msg = no_topic
         self.emit_at("admin", {"type": typ, "broker": ev.get("target") if typ == "ElectLeaders" else None,
                                "result": "UNKNOWN_TOPIC_OR_PARTITION", "detail": msg},
                      topic, part, ev["seq"], ev["ts_ms"])
@@ -654,7 +654,9 @@ class Cluster:
 
     def _reassign(self, ev):
         if not self.has((ev["topic"], ev["partition"])):
-            return self._unknown_partition(ev, "Reassign", f"Unable to find partition {ev['topic']}:{ev['partition']}.")
+            # ReplicationControlManager#alterPartitionReassignment
+            return self._unknown_partition(ev, "Reassign", f"Unable to find partition {ev['topic']}:{ev['partition']}.",
+                                           f"Unable to find a topic named {ev['topic']}.")
         p = self.partition_of(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         admin.reassign(p, ev.get("replicas"))
@@ -662,7 +664,9 @@ class Cluster:
 
     def _elect_leaders(self, ev):
         if not self.has((ev["topic"], ev["partition"])):
-            return self._unknown_partition(ev, "ElectLeaders", f"No such partition as {ev['topic']}-{ev['partition']}")
+            # ReplicationControlManager#electLeader
+            return self._unknown_partition(ev, "ElectLeaders", f"No such partition as {ev['topic']}-{ev['partition']}",
+                                           f"No such topic as {ev['topic']}")
         p = self.partition_of(ev)
         self.begin(p, ev["seq"], ev["ts_ms"])
         admin.elect_leaders(p, ev["election_type"], ev.get("target"))

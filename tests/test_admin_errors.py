@@ -138,8 +138,8 @@ def test_reassign_cancel_and_unknown_partition():
     out = run_events(s.events)
     assert answer(out, cancel) == ("NO_REASSIGNMENT_IN_PROGRESS", "No partition reassignment is in progress.")
     assert answer(out, other) == ("UNKNOWN_TOPIC_OR_PARTITION", "Unable to find partition t:5.")
-    # one message whether or not the topic exists: a Spark bucket cannot know (SPEC §3)
-    assert answer(out, nott) == ("UNKNOWN_TOPIC_OR_PARTITION", "Unable to find partition x:0.")
+    # Kafka's message for a topic that does not exist (every bucket of a Spark replay knows the topics)
+    assert answer(out, nott) == ("UNKNOWN_TOPIC_OR_PARTITION", "Unable to find a topic named x.")
     assert [(r["topic"], r["partition"]) for r in out["partition_state"]] == [("t", 0)]
 
 
@@ -173,7 +173,7 @@ def test_elect_leaders_answers():
     assert answer(out, uncl_na) == ("ELIGIBLE_LEADERS_NOT_AVAILABLE",
                                     "Eligible topic partition leaders are not available.")
     assert answer(out, unk_p) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such partition as t-3")
-    assert answer(out, unk_t) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such partition as x-0")
+    assert answer(out, unk_t) == ("UNKNOWN_TOPIC_OR_PARTITION", "No such topic as x")
     for seq in (pref_ok, uncl_ok, pref_na, uncl_na):
         assert not rows(out, "metadata_log", seq=seq)
 

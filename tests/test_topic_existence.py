@@ -107,6 +107,10 @@ def _spread_stream() -> list[dict]:
                 {"type": "AlterConfig", "topic": f"c{t}", "config": {"retention.ms": "10"}},
                 {"type": "AlterConfig", "topic": f"x{t}", "config": {"retention.ms": "10"}},
                 {"type": "AlterConfig", "topic": f"c{t}", "partition": 7, "config": {}},
+                {"type": "Reassign", "topic": f"r{t}", "partition": 9, "replicas": [1, 2, 3]},
+                {"type": "Reassign", "topic": f"x{t}", "partition": t, "replicas": [1, 2, 3]},
+                {"type": "ElectLeaders", "topic": f"c{t}", "partition": 9, "election_type": "PREFERRED"},
+                {"type": "ElectLeaders", "topic": f"x{t}", "partition": t, "election_type": "PREFERRED"},
                 {"type": "Fetch", "topic": f"r{t}", "partition": 1, "broker": 2}]
     return _stream(evs)
 
@@ -124,6 +128,10 @@ def test_every_layout_knows_every_topic(tmp_path):
     assert list(answers.values()).count("UNKNOWN_TOPIC_OR_PARTITION") == 3 + 3 + 3   # before, x*, c*-7
     assert [answers[s] for s in range(n + 1, n + 4)] == ["UNKNOWN_TOPIC_OR_PARTITION"] * 3
     assert sum(r["cause"] == "ClearElr" for r in ref["metadata_log"]) == 9           # r*-1, -3, -5
+    unknown = sorted(r["detail"] for r in ref["admin"] if r["type"] in ("Reassign", "ElectLeaders"))
+    assert unknown == sorted([f"No such partition as c{t}-9" for t in range(3)] + [f"No such topic as x{t}" for t in
+                             range(3)] + [f"Unable to find a topic named x{t}." for t in range(3)]
+                             + [f"Unable to find partition r{t}:9." for t in range(3)])
     assert ref["_stats"]["rejected"] == 0
     for n_buckets, fpb in ((1, None), (4, 1), (7, 2)):
         got = emulate_spark(stream, cfg, n_buckets, fpb)

@@ -182,6 +182,10 @@ REFUSALS = [
     ("reassign t 0 1,2,9", {"type": "Reassign", "topic": T, "partition": 0, "replicas": [1, 2, 9]}),
     ("reassign t 0 1,1,2", {"type": "Reassign", "topic": T, "partition": 0, "replicas": [1, 1, 2]}),
     ("reassign t 7 1,2,3", {"type": "Reassign", "topic": T, "partition": 7, "replicas": [1, 2, 3]}),
+    ("reassign absent 0 1,2,3", {"type": "Reassign", "topic": "absent", "partition": 0, "replicas": [1, 2, 3]}),
+    ("elect PREFERRED t:9", {"type": "ElectLeaders", "topic": T, "partition": 9, "election_type": "PREFERRED"}),
+    ("elect PREFERRED absent:0",
+     {"type": "ElectLeaders", "topic": "absent", "partition": 0, "election_type": "PREFERRED"}),
     ("elect PREFERRED t:0", {"type": "ElectLeaders", "topic": T, "partition": 0, "election_type": "PREFERRED"}),
     ("elect UNCLEAN t:1", {"type": "ElectLeaders", "topic": T, "partition": 1, "election_type": "UNCLEAN"}),
 ]
