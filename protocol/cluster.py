@@ -124,6 +124,8 @@ class Cluster:
         # partition its hash table iterates first; all of a topic's partitions have it unless a
         # reassignment changed some, and then isrflow keeps the first creation's (docs/kafka_rules.md A2).
         self.topic_rf: dict[str, int] = {}
+        # the existing topics whose names have a '.' or '_', by their unified name (note_topic_name)
+        self.unified: dict[str, str] = {}
         self.partitions: dict[tuple, Partition] = {}
         # partitions read from a state blob and not used since (protocol.cold; protocol.codec). A
         # partition is decoded the first time a row, a broker change or a due timer reaches it
@@ -397,8 +399,15 @@ class Cluster:
         ConfigRecords: later partitions, CreatePartitions, take them; no partition of the topic has an
         ELR to clear yet). In every cluster of a replay alike (note_creation)."""
         self.topic_rf[topic] = replicas
+        self.note_topic_name(topic)
         if cfg:
             merge_config(self.topic_cfg.setdefault(topic, {}), cfg)
+
+    def note_topic_name(self, topic: str) -> None:
+        """An existing topic's name as a later one's collides with it (admin.topic_name_error)."""
+        unified = admin.unified_topic_name(topic)
+        if unified is not None:
+            self.unified.setdefault(unified, topic)
 
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
@@ -519,10 +528,15 @@ class Cluster:
         self.end(p)
 
     def _creation_refusal(self, topic: str, part: int, replicas: list, config) -> tuple:
-        """The checks of a creation after the partition's existence, in Kafka's order: the config
-        (checked before the assignment); the assignment (#validateManualPartitionAssignment, with the
-        topic's replication factor if it has one); no active replica. Returns ((error, message) or
-        None, the validated config, the initial ISR)."""
+        """The checks of a creation after the partition's existence, in Kafka's order: a new topic's
+        name (#validateNewTopicNames); the config (checked before the assignment); the assignment
+        (#validateManualPartitionAssignment, with the topic's replication factor if it has one); no
+        active replica. Returns ((error, message) or None, the validated config, the initial ISR)."""
+        if topic not in self.topic_rf:
+            unified = admin.unified_topic_name(topic)
+            bad_name = admin.topic_name_error(topic, self.unified.get(unified) if unified is not None else None)
+            if bad_name is not None:
+                return ("INVALID_TOPIC_EXCEPTION", bad_name), None, None
         cfg = None
         if config:
             bad, cfg = checked_topic_config(config, creation=True)

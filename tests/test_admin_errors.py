@@ -74,6 +74,51 @@ def test_create_partition_config_is_checked_before_the_assignment():
     assert answer(out, ok) == ("NONE", None)
 
 
+NAMED = [
+    (".", "Topic name is invalid: '.' is not allowed"),
+    ("..", "Topic name is invalid: '..' is not allowed"),
+    ("bad!name", "Topic name is invalid: 'bad!name' contains one or more characters other than ASCII "
+                 "alphanumerics, '.', '_' and '-'"),
+    ("t\u00e9", "Topic name is invalid: 't\u00e9' contains one or more characters other than ASCII alphanumerics, "
+                "'.', '_' and '-'"),
+    ("x" * 250, f"Topic name is invalid: the length of '{'x' * 250}' is longer than the max allowed length 249"),
+    # 125 characters outside the BMP: 250 UTF-16 units, as Java counts a String's length
+    ("\U0001f600" * 125, f"Topic name is invalid: the length of '{chr(0x1f600) * 125}' is longer than the max "
+                         "allowed length 249"),
+    ("a_b", "Topic 'a_b' collides with existing topic: a.b"),
+    ("a.b!", "Topic name is invalid: 'a.b!' contains one or more characters other than ASCII alphanumerics, "
+             "'.', '_' and '-'"),
+    ("a!b", "Topic name is invalid: 'a!b' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'"),
+    ("a_b_", None),
+    ("x" * 249, None),
+    ("Az09._-", None),
+]
+
+
+def test_a_new_topics_name_is_checked_first():
+    """RCM#validateNewTopicNames (Topic.validate, then the collision of '.' and '_'), before the config
+    and the assignment, for a topic's first partition only: INVALID_TOPIC_EXCEPTION with Kafka's
+    message, and no topic made (a later request for it finds none)."""
+    s = S().up(1, 2, 3)
+    made = s.add(type="CreatePartition", topic="a.b", partition=0, replicas=[1, 2, 3])
+    seqs = [s.add(type="CreatePartition", topic=name, partition=0, replicas=[1, 1],
+                  config={"min.insync.replicas": "0"} if want else None) for name, want in NAMED]
+    later = s.add(type="CreatePartition", topic="a.b", partition=1, replicas=[1, 2, 3])
+    again = s.add(type="AlterConfig", topic="bad!name", config={"retention.ms": "5"})
+    out = run_events(s.events)
+    assert answer(out, made) == ("NONE", None) and answer(out, later) == ("NONE", None)
+    for seq, (name, want) in zip(seqs, NAMED):
+        # the valid names reach the assignment's check ([1, 1]: a repeated broker)
+        repeated = (IRA, "The manual partition assignment includes the broker 1 more than once.")
+        assert answer(out, seq) == (("INVALID_TOPIC_EXCEPTION", want) if want else repeated), name
+    assert answer(out, again) == ("UNKNOWN_TOPIC_OR_PARTITION", "The topic 'bad!name' does not exist.")
+    assert {r["topic"] for r in out["partition_state"]} == {"a.b"}
+    # the names of existing topics survive the state codec (Spark's state store between batches)
+    from tests.engine_util import canonical
+    assert canonical(run_events(s.events, roundtrip_every=1)) == canonical(out)
+
+
 def test_create_partition_must_have_its_topics_replication_factor():
     """RCM#createPartitions: #validateManualPartitionAssignment with the topic's replication factor.
     A new partition of a topic that has partitions has as many replicas as they do: checked after

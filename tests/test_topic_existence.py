@@ -101,7 +101,11 @@ def _spread_stream() -> list[dict]:
         evs += [{"type": "CreatePartition", "topic": f"c{t}", "partition": p, "replicas": [1 + (p + t) % 3, 2]}
                 for p in range(6)]
     evs += [{"type": "CreatePartition", "topic": "r1", "partition": 6, "replicas": [1, 2]},
-            {"type": "CreatePartition", "topic": "r2", "partition": 6, "replicas": [3, 2, 1]}]
+            {"type": "CreatePartition", "topic": "r2", "partition": 6, "replicas": [3, 2, 1]},
+            # a name that collides with another bucket's topic ('.' and '_'): refused, the topic not made
+            {"type": "CreatePartition", "topic": "d.x", "partition": 3, "replicas": [1, 2]},
+            {"type": "CreatePartition", "topic": "d_x", "partition": 5, "replicas": [1, 2]},
+            {"type": "AlterConfig", "topic": "d_x", "config": {"retention.ms": "10"}}]
     for t in range(3):
         evs += [{"type": "AlterConfig", "topic": f"r{t}", "config": {"min.insync.replicas": "2"}},
                 {"type": "AlterConfig", "topic": f"c{t}", "config": {"retention.ms": "10"}},
@@ -125,7 +129,9 @@ def test_every_layout_knows_every_topic(tmp_path):
     ref = local_rows(stream, cfg)
     answers = {r["seq"]: r["result"] for r in ref["admin"] if r["type"] == "AlterConfig"}
     n = len(BROKERS)
-    assert list(answers.values()).count("UNKNOWN_TOPIC_OR_PARTITION") == 3 + 3 + 3   # before, x*, c*-7
+    assert list(answers.values()).count("UNKNOWN_TOPIC_OR_PARTITION") == 3 + 3 + 3 + 1   # before, x*, c*-7, d_x
+    assert [r["result"] for r in ref["admin"] if r["topic"] == "d_x"] == ["INVALID_TOPIC_EXCEPTION",
+                                                                         "UNKNOWN_TOPIC_OR_PARTITION"]
     assert [answers[s] for s in range(n + 1, n + 4)] == ["UNKNOWN_TOPIC_OR_PARTITION"] * 3
     assert sum(r["cause"] == "ClearElr" for r in ref["metadata_log"]) == 9           # r*-1, -3, -5
     unknown = sorted(r["detail"] for r in ref["admin"] if r["type"] in ("Reassign", "ElectLeaders"))

@@ -169,6 +169,9 @@ def _std_topic(x: Ctx) -> None:
 # preferred one, no reassignment, brokers 1-3): the admin client's command and the same request as
 # an isrflow event. Nothing of them reaches the metadata log; the manifest keeps Kafka's answers.
 REFUSALS = [
+    ("create bad!name 1 3", {"type": "CreatePartition", "topic": "bad!name", "partition": 0, "replicas": [1, 2, 3]}),
+    ("create .. 1 3", {"type": "CreatePartition", "topic": "..", "partition": 0, "replicas": [1, 2, 3]}),
+    (f"create {'n' * 250} 1 3", {"type": "CreatePartition", "topic": "n" * 250, "partition": 0, "replicas": [1, 2, 3]}),
     ("config topic absent min.insync.replicas=2",
      {"type": "AlterConfig", "topic": "absent", "config": {"min.insync.replicas": "2"}}),
     ("config topic absent foo.bar=1",         # the configs are checked before the topic's existence

@@ -17,6 +17,36 @@ ERROR_MESSAGES = {
 }
 
 
+# org.apache.kafka.common.internals.Topic: the characters and the length a new topic's name may have
+_TOPIC_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+def unified_topic_name(topic: str) -> str | None:
+    """Topic.unifyCollisionChars for a name with a '.' or '_' (Topic.hasCollisionChars), else None:
+    two topics whose names differ only there would share their metric names."""
+    return topic.replace(".", "_") if "." in topic or "_" in topic else None
+
+
+def topic_name_error(topic: str, colliding: str | None) -> str | None:
+    """ReplicationControlManager#validateNewTopicNames for a topic's first partition
+    (INVALID_TOPIC_EXCEPTION): Topic.validate's reason, in its order ('.' and '..', the length in
+    UTF-16 units as Java counts it, the characters); then a collision with an existing topic
+    (`colliding`, Cluster.unified), whose message replaces the first (Kafka puts it second). The
+    empty name is refused by the schema: Kafka's client cannot send it."""
+    if colliding is not None:
+        return f"Topic '{topic}' collides with existing topic: {colliding}"
+    if topic in (".", ".."):
+        why = f"'{topic}' is not allowed"
+    elif len(topic.encode("utf-16-le")) // 2 > MAX_TOPIC_NAME_LENGTH:
+        why = f"the length of '{topic}' is longer than the max allowed length {MAX_TOPIC_NAME_LENGTH}"
+    elif not _TOPIC_NAME_CHARS.issuperset(topic):
+        why = f"'{topic}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    else:
+        return None
+    return "Topic name is invalid: " + why
+
+
 def assignment_error(brokers, replicas: list, replication_factor: int | None = None) -> str | None:
     """ReplicationControlManager#validateManualPartitionAssignment (INVALID_REPLICA_ASSIGNMENT):
     empty list; then, in ascending id order, an unregistered broker or a repeated one; then, for a
