@@ -124,8 +124,9 @@ class Cluster:
         # partition its hash table iterates first; all of a topic's partitions have it unless a
         # reassignment changed some, and then isrflow keeps the first creation's (docs/kafka_rules.md A2).
         self.topic_rf: dict[str, int] = {}
-        # the existing topics whose names have a '.' or '_', by their unified name (note_topic_name)
-        self.unified: dict[str, str] = {}
+        # the existing topics whose names have a '.' or '_', by their unified name: derived from
+        # topic_rf when a new topic's name is first checked (colliding_topic), then kept up to date
+        self._unified: dict[str, str] | None = None
         self.partitions: dict[tuple, Partition] = {}
         # partitions read from a state blob and not used since (protocol.cold; protocol.codec). A
         # partition is decoded the first time a row, a broker change or a due timer reaches it
@@ -399,15 +400,28 @@ class Cluster:
         ConfigRecords: later partitions, CreatePartitions, take them; no partition of the topic has an
         ELR to clear yet). In every cluster of a replay alike (note_creation)."""
         self.topic_rf[topic] = replicas
-        self.note_topic_name(topic)
+        if self._unified is not None:
+            self._index_name(self._unified, topic)
         if cfg:
             merge_config(self.topic_cfg.setdefault(topic, {}), cfg)
 
-    def note_topic_name(self, topic: str) -> None:
-        """An existing topic's name as a later one's collides with it (admin.topic_name_error)."""
+    def colliding_topic(self, topic: str) -> str | None:
+        """The existing topic a new one's name collides with (admin.topic_name_error), if any. The
+        index is built from topic_rf at the first question, so decoding state does not pay for it."""
+        unified = admin.unified_topic_name(topic)
+        if unified is None:
+            return None
+        if self._unified is None:
+            self._unified = {}
+            for t in sorted(self.topic_rf):
+                self._index_name(self._unified, t)
+        return self._unified.get(unified)
+
+    @staticmethod
+    def _index_name(index: dict[str, str], topic: str) -> None:
         unified = admin.unified_topic_name(topic)
         if unified is not None:
-            self.unified.setdefault(unified, topic)
+            index.setdefault(unified, topic)
 
     def finish(self, ts: int | None = None) -> None:
         """Fire every timer due by `ts` (default: the stream's latest time) on every partition."""
@@ -533,8 +547,7 @@ class Cluster:
         (#validateManualPartitionAssignment, with the topic's replication factor if it has one); no
         active replica. Returns ((error, message) or None, the validated config, the initial ISR)."""
         if topic not in self.topic_rf:
-            unified = admin.unified_topic_name(topic)
-            bad_name = admin.topic_name_error(topic, self.unified.get(unified) if unified is not None else None)
+            bad_name = admin.topic_name_error(topic, self.colliding_topic(topic))
             if bad_name is not None:
                 return ("INVALID_TOPIC_EXCEPTION", bad_name), None, None
         cfg = None

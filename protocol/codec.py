@@ -160,8 +160,6 @@ def cluster_in(config: EngineConfig, t, emit_global: bool = True, owns=None) -> 
     # partitions here get one (_know_own_topics); another topic's next creation that succeeds sets
     # its own, as the topic's first would
     cl.topic_rf = dict(t[11]) if len(t) > 11 else {}
-    for topic in sorted(cl.topic_rf):
-        cl.note_topic_name(topic)
     cl.set_sess_next()
     return cl
 
@@ -257,7 +255,6 @@ def _know_own_topics(cl: Cluster) -> None:
         first = cl.part(keys[0]) if keys else None
         if first is not None:
             cl.topic_rf[topic] = len(first.replicas)
-            cl.note_topic_name(topic)
 
 
 def thaw(cl: Cluster, key: tuple) -> Partition:

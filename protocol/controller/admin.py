@@ -32,7 +32,7 @@ def topic_name_error(topic: str, colliding: str | None) -> str | None:
     """ReplicationControlManager#validateNewTopicNames for a topic's first partition
     (INVALID_TOPIC_EXCEPTION): Topic.validate's reason, in its order ('.' and '..', the length in
     UTF-16 units as Java counts it, the characters); then a collision with an existing topic
-    (`colliding`, Cluster.unified), whose message replaces the first (Kafka puts it second). The
+    (`colliding`, Cluster.colliding_topic), whose message replaces the first (Kafka puts it second). The
     empty name is refused by the schema: Kafka's client cannot send it."""
     if colliding is not None:
         return f"Topic '{topic}' collides with existing topic: {colliding}"
