@@ -113,21 +113,24 @@ def run_measured(argv: list[str], env=None) -> dict:
 def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: int = 50_000,
                  row_validation: bool = True) -> dict:
     """The in-process core alone: the protocol on the rows as the local engine reads them (a plain
-    row as its event, checked per Arrow batch by the reader: schemas.events.plain_rows), no Delta
-    writes. Rows are read in chunks of `chunk_rows` (timed as reading: Parquet, the per-batch
-    check, the events made) and fed (timed as the core); each chunk's output rows are dropped, so
-    memory holds one chunk and the cluster state, never the whole stream. Also state bytes per
+    row as its event, checked per Arrow batch by the reader: schemas.events.plain_rows; runs of
+    produce / fetch / consumer rows in windows, grouped by partition: jobs.windows), no Delta
+    writes. Reading (Parquet, the per-batch check, a window's sort, the events made) and feeding
+    (the core) are timed apart (_core_loop); every `chunk_rows` rows the output rows are dropped,
+    so memory holds one window and the cluster state, never the whole stream. Also state bytes per
     partition, and (row_validation) a second pass that reads raw rows and runs validate() on each
     in the timed part: the core as the speed issue first measured it (`validated_core_*`)."""
     from protocol.codec import partition_bytes
     from protocol.config import EngineConfig
-    from jobs.local_engine import LocalEngine, replay_gc
+    from jobs.local_engine import BATCH_ROWS, replay_gc
     from jobs.streamio import iter_raw_rows
+    from jobs.windows import iter_stream_items
 
     cfg = EngineConfig(config_overrides or {})
-    eng = LocalEngine(cfg)
-    with replay_gc():                 # as `isrflow replay` runs its loop
-        n, read_s, core_s = _core_loop(eng, iter_raw_rows(stream, events=True), chunk_rows)
+    engine = _timed_engine_class()
+    eng = engine(cfg)
+    with replay_gc():                 # as `isrflow replay` runs its loop: windows cut at its batches
+        n, read_s, core_s = _core_loop(eng, iter_stream_items(stream, BATCH_ROWS), chunk_rows)
     sizes = [partition_bytes(p) for p in eng.cluster.partitions.values()]
     out = {"rows": n, "read_s": round(read_s, 3), "core_s": round(core_s, 3),
            "core_events_per_s": round(n / max(core_s, 1e-9)),
@@ -137,38 +140,86 @@ def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: 
            "state_bytes_max": max(sizes) if sizes else 0}
     if row_validation:
         del eng, sizes
-        eng = LocalEngine(cfg)
+        eng = engine(cfg)
         with replay_gc():
-            n2, _, vcore_s = _core_loop(eng, iter_raw_rows(stream), chunk_rows)
+            n2, _, vcore_s = _core_loop(eng, _row_chunks(iter_raw_rows(stream)), chunk_rows)
         out.update(validated_rows=n2, validated_core_s=round(vcore_s, 3),
                    validated_core_events_per_s=round(n2 / max(vcore_s, 1e-9)))
     return out
 
 
-def _core_loop(eng, rows_it, chunk_rows: int) -> tuple[int, float, float]:
-    """core_measure's loop: (rows, reading seconds, core seconds)."""
+def _row_chunks(rows_it):
+    """iter_raw_rows' rows as row-list items (jobs.windows.iter_stream_items without windows)."""
     from itertools import islice
-    feed_rows = eng.feed_rows
+    from jobs.windows import CHUNK_ROWS
+    while True:
+        chunk = list(islice(rows_it, CHUNK_ROWS))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _core_loop(eng, items, chunk_rows: int) -> tuple[int, float, float]:
+    """core_measure's loop over the engine's items (jobs.windows): (rows, reading seconds, core
+    seconds). Reading is taking an item (Parquet, the per-batch check, a window's Arrow), a
+    window's sort and its events (TimedEngine); every chunk_rows rows the output rows are dropped
+    (measured, not kept)."""
+    from jobs.windows import Window
     drain = eng.cluster.drain
-    n = 0
+    n = since = 0
     read_s = core_s = 0.0
+    it = iter(items)
     while True:
         t0 = time.perf_counter()
-        chunk = list(islice(rows_it, chunk_rows))
+        item = next(it, None)
         t1 = time.perf_counter()
-        if not chunk:
+        if item is None:
             break
-        feed_rows(chunk)
-        drain()                       # this chunk's output rows: measured, not kept
+        eng.read_s = 0.0
+        if item.__class__ is Window:
+            eng.feed_window(item)
+            k = item.n
+        else:
+            eng.feed_rows(item)
+            k = len(item)
+        n += k
+        since += k
+        if since >= chunk_rows:
+            drain()
+            since = 0
         t2 = time.perf_counter()
-        n += len(chunk)
-        read_s += t1 - t0
-        core_s += t2 - t1
-        del chunk
+        read_s += t1 - t0 + eng.read_s
+        core_s += t2 - t1 - eng.read_s
+        del item
     t0 = time.perf_counter()
     eng.drain(True)                   # the final timers and partition_state rows
     core_s += time.perf_counter() - t0
     return n, read_s, core_s
+
+
+def _timed_engine_class():
+    from jobs.local_engine import LocalEngine
+
+    class TimedEngine(LocalEngine):
+        """LocalEngine that counts the making of a window's rows as reading (read_s)."""
+        read_s = 0.0
+
+        def window_rows(self, w, grouped):
+            t0 = time.perf_counter()
+            out = super().window_rows(w, grouped)
+            self.read_s += time.perf_counter() - t0
+            return out
+
+        def chunks(self, rows):
+            inner = super().chunks(rows)
+            while True:
+                t0 = time.perf_counter()
+                chunk = next(inner, None)
+                self.read_s += time.perf_counter() - t0
+                if chunk is None:
+                    return
+                yield chunk
+    return TimedEngine
 
 
 # rows per partition per ms of cluster time at the simulator's defaults (RF 3: ~8 fetches,

@@ -21,7 +21,8 @@ from schemas.events import validate
 from schemas.tables import partition_state_arrow
 
 from .buckets import loose_bucket, owns_fn
-from .streamio import Foreign, Plain, from_ipc, iter_raw_rows, list_stream_files, loose, row_to_json, to_ipc
+from .streamio import Foreign, Plain, from_ipc, list_stream_files, loose, row_to_json, to_ipc
+from .windows import CHUNK_ROWS as _CHUNK_ROWS, MIN_RUN, Window, iter_stream_items
 
 
 def fingerprint(stream, config: EngineConfig, engine: str) -> str:
@@ -62,8 +63,6 @@ _YOUNG_MAX = 1 << 22
 # to hold under 0.1% of what a freeze moved; the first collection of a replay frees a few dozen
 # objects of the start-up among ~1M.
 _CLEAN_RATIO = 1000
-# rows taken from the reader at a time (LocalEngine.feed_rows): long runs for the core, little memory
-_CHUNK_ROWS = 4096
 # whether a YoungGC may freeze now: set by the innermost replay_gc that found nothing frozen (it
 # unfreezes at its end what was frozen during it), so no freeze outlives the loop it was made in
 _FREEZE_OK = [False]
@@ -117,10 +116,11 @@ class YoungGC:
         self.at = row + self.every
         return freed
 
-    def run(self, cl: Cluster, evs: list, i: int, n: int, done: int) -> tuple[int, int, int]:
-        """cl.apply_run(evs, i, ...) up to evs[n - 1], and not past the row before the next young
-        collection's (`done` rows fed so far): the caller collects before that row."""
-        return cl.apply_run(evs, i, min(n, i + max(1, self.at - done - 1)))
+    def run(self, cl: Cluster, evs: list, i: int, n: int, done: int,
+            window: bool = False) -> tuple[int, int, int]:
+        """cl.apply_run(evs, i, ..., window) up to evs[n - 1], and not past the row before the next
+        young collection's (`done` rows fed so far): the caller collects before that row."""
+        return cl.apply_run(evs, i, min(n, i + max(1, self.at - done - 1)), window)
 
 
 @contextmanager
@@ -156,6 +156,7 @@ class LocalEngine:
         owns = owns_fn(worker, workers) if workers > 1 else None
         self.cluster = Cluster(config, emit_global=worker == 0, owns=owns, sees_all=True)
         self.input_rows = 0
+        self.grouped_rows = 0           # input rows applied grouped by partition (feed_window)
         self.young = YoungGC()
         self.min_seq = None
         self.max_seq = None
@@ -164,12 +165,48 @@ class LocalEngine:
         """One row, as iter_raw_rows yields it: feed_rows([(raw, text, err)])."""
         self.feed_rows([(raw, text, err)])
 
-    def feed_rows(self, rows: list) -> None:
+    def feed_window(self, w: Window) -> None:
+        """The rows of a Window (jobs.windows), grouped by partition when the core allows it
+        (Cluster.commutes; a window shorter than MIN_RUN is not worth its sort), else in stream
+        order. Grouped, every row of the window passes the stream order check, so the window's
+        first and last seq bound the batch's seq range, and a parallel replay worker counts the
+        other workers' rows of it as input rows without seeing them."""
+        cl = self.cluster
+        grouped = w.n >= MIN_RUN and w.monotone and cl.commutes(w.first_seq, w.first_ts, w.last_ts,
+                                                                w.max_step)
+        grouped, rows = self.window_rows(w, grouped)
+        before = self.input_rows
+        for chunk in self.chunks(rows):
+            self.feed_rows(chunk, grouped)
+        if grouped:
+            cl.end_window(w.last_seq, w.last_ts)
+            self.input_rows = before + w.n
+            self.grouped_rows += w.n
+            if self.min_seq is None or w.first_seq < self.min_seq:
+                self.min_seq = w.first_seq
+            if self.max_seq is None or w.last_seq > self.max_seq:
+                self.max_seq = w.last_seq
+
+    def window_rows(self, w: Window, grouped: bool):
+        """w.rows(grouped) (the bench times it as reading: jobs.bench.core_measure)."""
+        return w.rows(grouped)
+
+    def chunks(self, rows):
+        """A window's rows in lists of _CHUNK_ROWS, made as they are fed (the bench times the
+        making as reading)."""
+        while True:
+            chunk = list(islice(rows, _CHUNK_ROWS))
+            if not chunk:
+                return
+            yield chunk
+
+    def feed_rows(self, rows: list, window: bool = False) -> None:
         """Feeds `rows` ((raw, text, err) as iter_raw_rows yields them) in order. Each run of events
         (plain rows read as their events, another worker's Foreign rows, rows validate() accepts)
         goes to the core in one call (Cluster.apply_run): the loop runs in the core, and stops after
         a row the core rejects, whose own text is attached here, and before the next young
-        collection's row. A row that is no event is rejected here (_validated)."""
+        collection's row. A row that is no event is rejected here (_validated). window: the rows
+        of a window the core allowed to apply grouped (feed_window), every one an event."""
         cl = self.cluster
         # a plain row's event, or another worker's row (its seq and ts_ms); None: validate() judges it
         evs = [r[0] if r[1].__class__ is Plain or r[0].__class__ is Foreign else None for r in rows]
@@ -187,7 +224,7 @@ class LocalEngine:
                     continue
                 evs[i] = ev
             before = cl.rejected
-            k, lo, hi = young.run(cl, evs, i, n, self.input_rows)
+            k, lo, hi = young.run(cl, evs, i, n, self.input_rows, window)
             self.input_rows += k - i
             if self.min_seq is None or lo < self.min_seq:
                 self.min_seq = lo
@@ -234,12 +271,16 @@ class LocalEngine:
         return tables, state
 
 
+# input rows per micro-batch (one Delta commit each) unless `--batch-rows` says otherwise
+BATCH_ROWS = 500_000
+
 # the replay record (app id guard, _run.json, progress rows, totals) is shared with the Spark engine
 from .runinfo import check_tables_dir, finish_run_info, progress_row, write_run_info  # noqa: E402
 
 
-def _batches(eng: LocalEngine, rows, batch_rows: int):
-    """Feeds `rows` in micro-batches of `batch_rows` input rows: yields (tables, partition_state (Arrow),
+def _batches(eng: LocalEngine, items, batch_rows: int):
+    """Feeds `items` (jobs.windows.iter_stream_items with cut=batch_rows: no item crosses a batch
+    boundary) in micro-batches of `batch_rows` input rows: yields (tables, partition_state (Arrow),
     stats) per batch, the last one with the final timers fired. The batch boundaries depend only on
     the row count, so every worker of a parallel replay cuts the same batches. A stream that ends
     exactly where a batch does ends with that batch: the final timers (which reach nearly every
@@ -257,23 +298,24 @@ def _batches(eng: LocalEngine, rows, batch_rows: int):
                  "max_ts": cl.max_ts, "partitions": len(cl.partitions)}
         applied_before = cl.applied
         in_batch = 0
+        eng.min_seq = eng.max_seq = None        # the progress row's seq range is the batch's own
         return tables, state, stats
 
-    feed_rows = eng.feed_rows
-    it = iter(rows)
+    feed_rows, feed_window = eng.feed_rows, eng.feed_window
     with replay_gc():
-        pending = list(islice(it, min(_CHUNK_ROWS, batch_rows)))
-        while pending:
-            feed_rows(pending)
-            in_batch += len(pending)
-            left = batch_rows - in_batch
-            pending = list(islice(it, min(_CHUNK_ROWS, left if left > 0 else batch_rows)))
-            if in_batch >= batch_rows and pending:
+        for item in items:
+            if in_batch >= batch_rows:      # a full batch, and the stream goes on
                 yield batch(False)
+            if item.__class__ is Window:
+                feed_window(item)
+                in_batch += item.n
+            else:
+                feed_rows(item)
+                in_batch += len(item)
         yield batch(True)
 
 
-def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_rows: int = 500_000,
+def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_rows: int = BATCH_ROWS,
                  progress=None, overwrite: bool = False, workers: int = 1) -> dict:
     """Replays the whole stream into Delta tables under tables_dir. Returns a summary.
 
@@ -290,7 +332,7 @@ def replay_local(stream: str, tables_dir: str, config: EngineConfig, *, batch_ro
     if workers > 1:
         batches = _replay_workers(stream, config, workers, batch_rows)
     else:
-        batches = _batches(LocalEngine(config), iter_raw_rows(stream, events=True), batch_rows)
+        batches = _batches(LocalEngine(config), iter_stream_items(stream, batch_rows), batch_rows)
     for batch_id, (tables, state, st) in enumerate(batches):
         tables["progress"] = [progress_row(batch_id, "local", st["input_rows"], st["applied"], st["rejected"],
                                            st["min_seq"], st["max_seq"], st["max_ts"])]
@@ -373,8 +415,8 @@ def _worker_main(k: int, workers: int, stream: str, raw_config: dict, batch_rows
     from schemas.tables import rows_to_arrow
     try:
         eng = LocalEngine(EngineConfig(raw_config), k, workers)
-        rows = iter_raw_rows(stream, foreign=eng.cluster.is_foreign, events=True)
-        for tables, state, st in _batches(eng, rows, batch_rows):
+        items = iter_stream_items(stream, batch_rows, foreign=eng.cluster.is_foreign)
+        for tables, state, st in _batches(eng, items, batch_rows):
             ipcs = {name: to_ipc(rows_to_arrow(name, rows)) for name, rows in tables.items() if rows}
             ipcs["partition_state"] = to_ipc(state)
             conn.send((st, ipcs))

@@ -283,6 +283,16 @@ VALUES = "values"
 
 
 def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool | str = False) -> Iterator[RawRow]:
+    for batch in _parquet_batches(f, batch_rows):
+        if batch.__class__ is tuple:
+            yield batch
+        else:
+            yield from _batch_rows(batch, foreign, events)
+
+
+def _parquet_batches(f: Path, batch_rows: int) -> Iterator[Any]:
+    """The record batches of one Parquet file; a file or a row group that cannot be read ends them
+    with one rejected row (a RawRow tuple) that stands for the rest."""
     name = safe_text(f.name)
     try:
         with open(f, "rb"):
@@ -291,7 +301,7 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool | str = F
         raise StreamError(f"cannot open {f}: {e.strerror or e}") from e
     try:
         pf = pq.ParquetFile(f)
-    except Exception as e:  # ArrowInvalid ...: not a Parquet file; one rejected row stands for it
+    except Exception as e:  # ArrowInvalid ...: not a Parquet file
         yield None, None, safe_text(f"{name}: not a readable Parquet file: {e}")
         return
     done = 0
@@ -301,29 +311,34 @@ def _iter_parquet(f: Path, batch_rows: int, foreign=None, events: bool | str = F
             batch = next(batches)
         except StopIteration:
             return
-        except Exception as e:  # a corrupt row group: one rejected row stands for the rest
+        except Exception as e:  # a corrupt row group
             yield None, None, safe_text(f"{name}: cannot read the Parquet rows after row {done}: {e}")
             return
-        # columns that are null throughout the batch are left out of the
-        # dicts (absent == null for the validator): far fewer keys per row
-        n = batch.num_rows
-        done += n
-        keep = [i for i, c in enumerate(batch.columns) if c.null_count < n]
-        if not keep:  # every column null (or none at all): still n rows, each rejected
-            for _ in range(n):
-                yield {}, None, None
-            continue
-        names = [batch.schema.names[i] for i in keep]
-        conv = [_column(batch.column(i)) for i in keep]
-        cols = [c for c, _ in conv]
-        plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
-        make = (VALUES if events is VALUES else plain_event_maker(tuple(names))) if plain and events else None
-        if make is not None:
-            yield from _plain_events(names, cols, plain, foreign, make)
-            continue
-        # the plain rows as ValidEvents (validate only pads them), every other row as a dict
-        for ok, vals in zip(plain or repeat(False), zip(*cols)):
-            yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
+        done += batch.num_rows
+        yield batch
+
+
+def _batch_rows(batch: pa.RecordBatch, foreign=None, events: bool | str = False) -> Iterator[RawRow]:
+    """The rows of one Parquet batch, see iter_raw_rows."""
+    # columns that are null throughout the batch are left out of the
+    # dicts (absent == null for the validator): far fewer keys per row
+    n = batch.num_rows
+    keep = [i for i, c in enumerate(batch.columns) if c.null_count < n]
+    if not keep:  # every column null (or none at all): still n rows, each rejected
+        for _ in range(n):
+            yield {}, None, None
+        return
+    names = [batch.schema.names[i] for i in keep]
+    conv = [_column(batch.column(i)) for i in keep]
+    cols = [c for c, _ in conv]
+    plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
+    make = (VALUES if events is VALUES else plain_event_maker(tuple(names))) if plain and events else None
+    if make is not None:
+        yield from _plain_events(names, cols, plain, foreign, make)
+        return
+    # the plain rows as ValidEvents (validate only pads them), every other row as a dict
+    for ok, vals in zip(plain or repeat(False), zip(*cols)):
+        yield (ValidEvent if ok else dict)(zip(names, vals)), None, None
 
 
 def _plain_events(names: list, cols: list, plain: list, foreign, make) -> Iterator[RawRow]:

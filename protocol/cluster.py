@@ -86,6 +86,15 @@ class Foreign:
 # the rows that can create a topic's first partition: every cluster of a replay learns of them
 # (Foreign, note_creation), so each knows which topics exist and their replication factors
 CREATING_TYPES = frozenset({"CreatePartition", "PartitionRecord"})
+# Rows of these types read and write their own partition's state only; beyond it they read the
+# broker registry, the brokers' metadata views and the configs, which only rows of other types
+# change (a row's scope: EVENTS). Between two rows of other types, such rows of different
+# partitions therefore commute, as produce and fetch requests to different partitions do in a
+# broker: the in-process engine applies long runs of them grouped by partition, each partition's
+# rows in stream order (Cluster.commutes says when; jobs.streamio.Window), so that a partition's
+# objects are still in the processor's cache for its next row. The Spark engine's buckets rely on
+# the same independence (a bucket sees only its partitions' rows).
+COMMUTING_TYPES = frozenset({"Produce", "Fetch", "ListOffsets", "ConsumerFetch"})
 
 
 def creation_of(typ: str, topic, replicas, config) -> tuple | None:
@@ -312,6 +321,12 @@ class Cluster:
             self.expire_sessions(ts)
         if typ in BROKER_TYPES and ev["broker"] in self.brokers:
             self.catch_up(ev["broker"], ts)
+        self._handle(ev, raw, typ, seq, scoped)
+        self.last_seq = seq
+        self.max_ts = ts
+
+    def _handle(self, ev: dict, raw: str | None, typ: str, seq: int, scoped: bool) -> None:
+        """The row's handler, once the stream order allows it: a Reject is its rejected row."""
         try:
             self._handlers[typ](ev)
         except Reject as r:
@@ -319,17 +334,17 @@ class Cluster:
         else:
             if scoped or self.emit_global:
                 self.applied += 1
-        self.last_seq = seq
-        self.max_ts = ts
 
-    def apply_run(self, evs: list, i: int, stop: int) -> tuple[int, int, int]:
+    def apply_run(self, evs: list, i: int, stop: int, window: bool = False) -> tuple[int, int, int]:
         """Apply evs[i], evs[i + 1], ... in order (validated events, as apply, or Foreign rows, as
         pass_foreign), up to `stop`, the first None, or the first row the core rejects, included.
         evs[i] is not None. Returns the index after the last row applied and the lowest and
         highest seq among those rows. One call for a run of a reader's rows: the loop runs here
         rather than once per row in the engine (in the compiled core, native code), and a
         rejection stops it so that the reader can attach the row's own text
-        (jobs.local_engine.LocalEngine.feed_rows)."""
+        (jobs.local_engine.LocalEngine.feed_rows). window: the rows are of a window that
+        `commutes` allowed, in any order of its partitions: no stream order check per row
+        (end_window moves the stream's order forward past the whole window)."""
         ev = evs[i]
         lo = hi = ev.seq if ev.__class__ is Foreign else ev["seq"]
         rejected = self.rejected
@@ -340,6 +355,9 @@ class Cluster:
             if ev.__class__ is Foreign:
                 seq = ev.seq
                 self.pass_foreign(seq, ev.ts_ms, ev.creation)
+            elif window:
+                seq = ev["seq"]
+                self._handle(ev, None, ev["type"], seq, True)
             else:
                 seq = ev["seq"]
                 self.apply(ev)
@@ -351,6 +369,27 @@ class Cluster:
             if self.rejected != rejected:
                 break
         return i, lo, hi
+
+    def commutes(self, first_seq: int, first_ts: int, last_ts: int, max_step: int) -> bool:
+        """Whether a window may be applied grouped by partition (apply_run(window=True)), its rows
+        in any order that keeps each partition's own: a window is consecutive rows of the stream,
+        all of COMMUTING_TYPES, whose seq strictly increases and ts_ms never decreases from row to
+        row, by at most `max_step` ms (the caller checks that much). Applied in stream order, each
+        of its rows would then pass the stream order check exactly when its first row passes now,
+        and no broker session expires within it while none is due by its last ts_ms (a session
+        expiry fences brokers of other partitions: it must come between the right two rows). A
+        parallel replay's worker applies only its own rows of the window: the others' would only
+        have moved its stream order (pass_foreign), which end_window does."""
+        if self.out_of_order(first_seq, first_ts):
+            return False
+        if self.max_jump and max_step > self.max_jump:
+            return False
+        return self.sess_next is None or last_ts < self.sess_next
+
+    def end_window(self, last_seq: int, last_ts: int) -> None:
+        """After a window applied grouped (commutes): the stream order stands at its last row."""
+        self.last_seq = last_seq
+        self.max_ts = last_ts
 
     def out_of_order(self, seq: int, ts: int) -> bool:
         """The stream order check (seq strictly increasing, ts_ms never decreasing, at most

@@ -886,6 +886,12 @@ def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
     validate(row) gives the row's own values, every other column None. None: the batch's layout
     is not one this check reads (no seq or type column, a repeated name, a column that is not an
     event column holding a value); every row then takes the row path."""
+    mask = plain_mask(batch)
+    return None if mask is None else mask.to_pylist()
+
+
+def plain_mask(batch: pa.RecordBatch) -> Optional[pa.BooleanArray]:
+    """plain_rows as an Arrow boolean array (no nulls)."""
     import pyarrow.compute as pc
     names = batch.schema.names
     if len(set(names)) != len(names) or "seq" not in names or "type" not in names:
@@ -931,8 +937,8 @@ def plain_rows(batch: pa.RecordBatch) -> Optional[list[bool]]:
         if m is not None:
             mask = m if mask is None else pc.or_(mask, m)
     if mask is None:
-        return [False] * n
-    return pc.and_(mask, seq_ok).to_pylist()
+        return pa.array([False] * n, pa.bool_())
+    return pc.and_(mask, seq_ok)
 
 
 def validate_table(table: pa.Table) -> tuple[list[dict], list[tuple[dict, str]]]:

@@ -14,7 +14,7 @@ from jobs import local_engine as le
 from jobs import spark_engine as se
 from jobs.spark_engine import process_bucket
 from jobs.spark_source import run_scan
-from jobs.streamio import list_stream_files
+from jobs.streamio import iter_raw_rows, list_stream_files
 from protocol.cluster import Cluster
 from protocol.config import EngineConfig
 from protocol.partition import Partition
@@ -51,7 +51,7 @@ def test_a_released_cluster_leaves_nothing_for_the_cyclic_gc(tmp_path, no_stray_
     try:
         for release in (False, True):
             eng = le.LocalEngine(cfg)
-            for raw, text, err in le.iter_raw_rows(stream):
+            for raw, text, err in iter_raw_rows(stream):
                 eng.feed(raw, text, err)
             cl = eng.cluster
             n = len(cl.partitions)

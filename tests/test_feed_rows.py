@@ -115,16 +115,21 @@ def test_feed_rows_in_a_parallel_replay_worker(tmp_path):
 
 
 def test_batches_cut_at_batch_rows_whatever_the_chunk(tmp_path, monkeypatch):
-    """_batches feeds chunks of _CHUNK_ROWS rows but still cuts a batch at exactly batch_rows input
-    rows, the final timers in the last batch."""
+    """_batches feeds chunks of CHUNK_ROWS rows and windows of up to WINDOW_ROWS (jobs.windows) but
+    still cuts a batch at exactly batch_rows input rows, the final timers in the last batch."""
+    import jobs.windows as win
     s = _stream(tmp_path, 3)
     cfg = EngineConfig({"input.max.time.jump.ms": "300000"})
     n = len(list(iter_raw_rows(s, events=True)))
     seen = {}
-    for chunk in (1, 7, 4096):
+    monkeypatch.setattr(win, "MIN_RUN", 1)
+    monkeypatch.setattr(le, "MIN_RUN", 1)
+    for chunk, window in ((1, 0), (7, 0), (4096, 0), (7, 3), (4096, 40), (4096, 1 << 18)):
+        monkeypatch.setattr(win, "CHUNK_ROWS", chunk)
         monkeypatch.setattr(le, "_CHUNK_ROWS", chunk)
-        got = list(le._batches(LocalEngine(cfg), iter_raw_rows(s, events=True), 100))
-        seen[chunk] = [(st["input_rows"], st["applied"], st["rejected"], st["min_seq"], st["max_seq"],
-                        {k: len(v) for k, v in t.items()}) for t, _, st in got]
-        assert [b[0] for b in seen[chunk]] == [100] * (n // 100) + ([n % 100] if n % 100 else [])
-    assert seen[1] == seen[7] == seen[4096]
+        got = list(le._batches(LocalEngine(cfg), win.iter_stream_items(s, 100, window), 100))
+        seen[chunk, window] = [(st["input_rows"], st["applied"], st["rejected"], st["min_seq"], st["max_seq"],
+                                {k: len(v) for k, v in t.items()}) for t, _, st in got]
+        assert [b[0] for b in seen[chunk, window]] == [100] * (n // 100) + ([n % 100] if n % 100 else [])
+    for k, v in seen.items():
+        assert v == seen[1, 0], k

@@ -269,7 +269,7 @@ def test_a_plain_row_the_core_rejects_keeps_its_raw_json(tmp_path, monkeypatch):
     assert sum(type(t) is sio.Plain for _, t, _ in iter_raw_rows(s, events=True)) == 7  # the creation too
 
     def rejected(events):
-        [(tables, _, _)] = list(_batches(LocalEngine(EngineConfig({})), iter_raw_rows(s, events=events), 100))
+        [(tables, _, _)] = list(_batches(LocalEngine(EngineConfig({})), [list(iter_raw_rows(s, events=events))], 100))
         return tables["rejected"]
     got = rejected(True)
     assert len(got) == 3 and got == rejected(False)

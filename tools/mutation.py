@@ -80,6 +80,9 @@ TIER = [
     # Cluster.release (a Spark bucket's cluster freed by reference counting) and the bucket calls'
     # GC discipline: no table changes with them, only the live objects
     "tests/test_bucket_gc.py",
+    # Cluster.commutes / apply_run(window=True): windows applied grouped by partition against the
+    # same streams in stream order, table for table
+    "tests/test_windows.py",
 ]
 
 CMP_SWAP = {
