@@ -264,3 +264,24 @@ def test_a_progress_rows_seq_range_is_its_own_batchs(tmp_path, small_windows):
     assert len(ranges) > 3
     for (lo, hi), (lo2, hi2) in zip(ranges, ranges[1:]):
         assert lo <= hi < lo2 <= hi2
+
+
+def test_files_of_other_schemas_close_the_window(tmp_path, small_windows):
+    """A window spans Parquet batches and files of one schema; a file with other columns (or
+    types) starts a new one, and the rows and tables are those of the stream read as rows."""
+    src = _disordered(tmp_path, 7, files=3)
+    s = tmp_path / "mixed"
+    s.mkdir()
+    for i, f in enumerate(sorted(src.glob("*.parquet"))):
+        t = pq.read_table(f)
+        if i == 1:      # the used columns only, the partition as int64: another schema
+            keep = [c for c in t.column_names if t.column(c).null_count < t.num_rows]
+            t = t.select(keep)
+            t = t.set_column(keep.index("partition"), "partition", t.column("partition").cast(pa.int64()))
+        pq.write_table(t, s / f.name)
+    want = list(iter_raw_rows(s, events=True))
+    items = list(iter_stream_items(s, 10_000, 1 << 18))
+    assert sum(1 for it in items if it.__class__ is Window) >= 3
+    got = list(_flat(items, False))
+    assert [_values(r) for r in got] == [_values(r) for r in want]
+    assert _same_replay(s, EngineConfig({"input.max.time.jump.ms": "300000"}), 10_000, 1 << 18) > 300
