@@ -456,3 +456,26 @@ def test_the_time_jump_limit_is_checked_where_the_cluster_sees_the_whole_stream(
     late = s.create([1])
     out = run_events(s.events, {"input.max.time.jump.ms": "1000"})
     assert [r["seq"] for r in rows(out, "rejected")] == [late]
+
+
+def test_metadata_history_keeps_only_what_a_replica_may_still_sync():
+    """Explicit metadata delivery keeps each committed registration until every replica's broker
+    has applied one at least as new (channels._prune_history): once all three have synced, only the
+    newest stays, whatever number of changes came before."""
+    cl = Cluster(EngineConfig({"delivery.metadata": "explicit"}))
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    for b in (1, 2, 3):
+        s.sync(b)
+    s.fence(3)                      # leaves the ISR: a new registration
+    s.shutdown(2)                   # and another
+    for raw in s.events:
+        cl.apply(validate(raw)[0])
+    p = cl.partitions[("t", 0)]
+    assert len(p.md_history) == 3
+    for b in (1, 2):
+        cl.apply(validate({"seq": len(s.events) + b, "ts_ms": s.ts, "type": "MetadataSync", "broker": b})[0])
+    # broker 3 has applied only the first: the two after it stay, the first goes
+    assert [snap.partition_epoch for _, snap in p.md_history] == [1, 2]
+    cl.apply(validate({"seq": len(s.events) + 3, "ts_ms": s.ts, "type": "MetadataSync", "broker": 3})[0])
+    assert [snap.partition_epoch for _, snap in p.md_history] == [2]     # the newest, for a broker added later
