@@ -124,7 +124,7 @@ def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: 
     from protocol.config import EngineConfig
     from jobs.local_engine import BATCH_ROWS, replay_gc
     from jobs.streamio import iter_raw_rows
-    from jobs.windows import iter_stream_items
+    from jobs.windows import chunked, iter_stream_items
 
     cfg = EngineConfig(config_overrides or {})
     engine = _timed_engine_class()
@@ -142,21 +142,10 @@ def core_measure(stream: str, config_overrides: dict | None = None, chunk_rows: 
         del eng, sizes
         eng = engine(cfg)
         with replay_gc():
-            n2, _, vcore_s = _core_loop(eng, _row_chunks(iter_raw_rows(stream)), chunk_rows)
+            n2, _, vcore_s = _core_loop(eng, chunked(iter_raw_rows(stream)), chunk_rows)
         out.update(validated_rows=n2, validated_core_s=round(vcore_s, 3),
                    validated_core_events_per_s=round(n2 / max(vcore_s, 1e-9)))
     return out
-
-
-def _row_chunks(rows_it):
-    """iter_raw_rows' rows as row-list items (jobs.windows.iter_stream_items without windows)."""
-    from itertools import islice
-    from jobs.windows import CHUNK_ROWS
-    while True:
-        chunk = list(islice(rows_it, CHUNK_ROWS))
-        if not chunk:
-            return
-        yield chunk
 
 
 def _core_loop(eng, items, chunk_rows: int) -> tuple[int, float, float]:

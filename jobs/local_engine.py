@@ -11,7 +11,6 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from itertools import islice
 from pathlib import Path
 
 from protocol.cluster import Cluster
@@ -22,7 +21,7 @@ from schemas.tables import partition_state_arrow
 
 from .buckets import loose_bucket, owns_fn
 from .streamio import Foreign, Plain, from_ipc, list_stream_files, loose, row_to_json, to_ipc
-from .windows import CHUNK_ROWS as _CHUNK_ROWS, MIN_RUN, Window, iter_stream_items
+from .windows import CHUNK_ROWS as _CHUNK_ROWS, MIN_RUN, Window, chunked, iter_stream_items
 
 
 def fingerprint(stream, config: EngineConfig, engine: str) -> str:
@@ -174,7 +173,7 @@ class LocalEngine:
         cl = self.cluster
         grouped = w.n >= MIN_RUN and w.monotone and cl.commutes(w.first_seq, w.first_ts, w.last_ts,
                                                                 w.max_step)
-        grouped, rows = self.window_rows(w, grouped)
+        rows = self.window_rows(w, grouped)
         before = self.input_rows
         for chunk in self.chunks(rows):
             self.feed_rows(chunk, grouped)
@@ -194,11 +193,7 @@ class LocalEngine:
     def chunks(self, rows):
         """A window's rows in lists of _CHUNK_ROWS, made as they are fed (the bench times the
         making as reading)."""
-        while True:
-            chunk = list(islice(rows, _CHUNK_ROWS))
-            if not chunk:
-                return
-            yield chunk
+        return chunked(rows, _CHUNK_ROWS)
 
     def feed_rows(self, rows: list, window: bool = False) -> None:
         """Feeds `rows` ((raw, text, err) as iter_raw_rows yields them) in order. Each run of events

@@ -318,8 +318,10 @@ def _parquet_batches(f: Path, batch_rows: int) -> Iterator[Any]:
         yield batch
 
 
-def _batch_rows(batch: pa.RecordBatch, foreign=None, events: bool | str = False) -> Iterator[RawRow]:
-    """The rows of one Parquet batch, see iter_raw_rows."""
+def _batch_rows(batch: pa.RecordBatch, foreign=None, events: bool | str = False,
+                plain: list | None = None) -> Iterator[RawRow]:
+    """The rows of one Parquet batch, see iter_raw_rows. plain: plain_rows of the batch when the
+    caller has it already (jobs.windows: the rows around a batch's windows)."""
     # columns that are null throughout the batch are left out of the
     # dicts (absent == null for the validator): far fewer keys per row
     n = batch.num_rows
@@ -331,7 +333,10 @@ def _batch_rows(batch: pa.RecordBatch, foreign=None, events: bool | str = False)
     names = [batch.schema.names[i] for i in keep]
     conv = [_column(batch.column(i)) for i in keep]
     cols = [c for c, _ in conv]
-    plain = plain_rows(batch) if PLAIN_ROWS and all(exact for _, exact in conv) else None
+    if not PLAIN_ROWS or not all(exact for _, exact in conv):
+        plain = None
+    elif plain is None:
+        plain = plain_rows(batch)
     make = (VALUES if events is VALUES else plain_event_maker(tuple(names))) if plain and events else None
     if make is not None:
         yield from _plain_events(names, cols, plain, foreign, make)

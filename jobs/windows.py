@@ -54,6 +54,16 @@ _COMMUTING = pa.array(sorted(COMMUTING_TYPES), pa.string())
 _BY_PARTITION = [("topic", "ascending"), ("partition", "ascending")]
 
 
+def chunked(rows, n: int | None = None) -> Iterator[list]:
+    """`rows` in lists of n (default CHUNK_ROWS), each made when it is asked for."""
+    n = CHUNK_ROWS if n is None else n
+    while True:
+        chunk = list(islice(rows, n))
+        if not chunk:
+            return
+        yield chunk
+
+
 class Window:
     """Consecutive plain rows of COMMUTING_TYPES (see the module). After `close`: `n` rows,
     `first_seq`, `first_ts`, `last_seq`, `last_ts`, `monotone` (seq strictly increasing and ts_ms
@@ -85,9 +95,8 @@ class Window:
         self.max_step = int(dts.max()) if len(dts) else 0
         return self
 
-    def rows(self, grouped: bool) -> tuple[bool, Iterator]:
-        """(grouped, the rows as iter_raw_rows(events=True, foreign=self.foreign) gives them):
-        when `grouped`, sorted by (topic, partition), each partition's rows in stream order (Arrow's
+    def rows(self, grouped: bool) -> Iterator:
+        """The rows as iter_raw_rows(events=True, foreign=self.foreign) gives them: when `grouped`, sorted by (topic, partition), each partition's rows in stream order (Arrow's
         sort is stable), and a parallel replay worker's own rows only (the others' rows are left
         out, not Foreign: see Cluster.commutes); else in stream order. Python values are made
         _SLICE rows at a time, as the rows are taken (a whole window's would be ~60 MB)."""
@@ -99,7 +108,7 @@ class Window:
             if self.foreign is not None:
                 b = b.filter(pa.array(self._own(b), pa.bool_()))
             b = b.take(pc.sort_indices(b, sort_keys=_BY_PARTITION))
-        return grouped, self._rows(b, names, self.foreign if not grouped else None)
+        return self._rows(b, names, self.foreign if not grouped else None)
 
     @staticmethod
     def _rows(b: pa.RecordBatch, names: tuple, foreign) -> Iterator:
@@ -132,28 +141,29 @@ class Window:
         return out
 
 
-def _runs(batch: pa.RecordBatch) -> list[tuple[int, int]]:
+def _runs(batch: pa.RecordBatch) -> tuple[list[tuple[int, int]], pa.BooleanArray | None]:
     """The runs (start, end) of `batch` that go to windows: consecutive plain rows of
-    COMMUTING_TYPES, MIN_RUN rows at least unless at an end of the batch."""
+    COMMUTING_TYPES, MIN_RUN rows at least unless at an end of the batch; and the batch's
+    plain_mask when it was computed (the rows around the windows take it: _batch_rows)."""
     names = batch.schema.names
     if not streamio.PLAIN_ROWS or not {"type", "topic", "partition", "ts_ms"} <= set(names):
-        return []
+        return [], None
     try:
         batch.validate(full=True)       # UTF-8 too: every column then converts exactly (_column)
     except pa.ArrowInvalid:
-        return []
+        return [], None
     plain = plain_mask(batch)
     if plain is None:
-        return []
+        return [], None
     m = pc.and_(plain, pc.fill_null(pc.is_in(batch.column("type"), value_set=_COMMUTING), False))
     g = m.to_numpy(zero_copy_only=False)
     if not g.any():
-        return []
+        return [], plain
     n = len(g)
     d = np.diff(g.astype(np.int8), prepend=0, append=0)
     starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
     keep = (ends - starts >= MIN_RUN) | (starts == 0) | (ends == n)
-    return list(zip(starts[keep].tolist(), ends[keep].tolist()))
+    return list(zip(starts[keep].tolist(), ends[keep].tolist())), plain
 
 
 class _Items:
@@ -201,15 +211,18 @@ class _Items:
                 yield from self.close_window()
 
     def batch(self, batch: pa.RecordBatch) -> Iterator:
-        runs = _runs(batch) if self.window_rows > 0 else []
+        runs, plain = _runs(batch) if self.window_rows > 0 else ([], None)
         if not runs:
-            yield from self.rows(_batch_rows(batch, self.foreign, True))
+            known = None if plain is None else plain.to_pylist()
+            yield from self.rows(_batch_rows(batch, self.foreign, True, known))
             return
         n = batch.num_rows
         in_run = np.zeros(n, dtype=bool)
         for s, e in runs:
             in_run[s:e] = True
-        rest = _batch_rows(batch.filter(pa.array(~in_run)), self.foreign, True) if not in_run.all() else iter(())
+        out = pa.array(~in_run)
+        rest = (_batch_rows(batch.filter(out), self.foreign, True, plain.filter(out).to_pylist())
+                if not in_run.all() else iter(()))
         at = 0
         for s, e in runs:
             if s > at:

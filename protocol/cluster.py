@@ -91,7 +91,7 @@ CREATING_TYPES = frozenset({"CreatePartition", "PartitionRecord"})
 # change (a row's scope: EVENTS). Between two rows of other types, such rows of different
 # partitions therefore commute, as produce and fetch requests to different partitions do in a
 # broker: the in-process engine applies long runs of them grouped by partition, each partition's
-# rows in stream order (Cluster.commutes says when; jobs.streamio.Window), so that a partition's
+# rows in stream order (Cluster.commutes says when; jobs.windows), so that a partition's
 # objects are still in the processor's cache for its next row. The Spark engine's buckets rely on
 # the same independence (a bucket sees only its partitions' rows).
 COMMUTING_TYPES = frozenset({"Produce", "Fetch", "ListOffsets", "ConsumerFetch"})

@@ -98,7 +98,7 @@ def _values(row):
 def _flat(items, grouped: bool):
     for it in items:
         if it.__class__ is Window:
-            yield from it.rows(grouped)[1]
+            yield from it.rows(grouped)
         else:
             yield from it
 
@@ -122,9 +122,9 @@ def test_items_are_the_stream_in_order_and_never_cross_a_cut(tmp_path, small_win
             assert n > 0 and pos // cut == (pos + n - 1) // cut, (pos, n, cut)
             if it.__class__ is Window:
                 assert n <= window
-                evs = [r[0] for r in it.rows(False)[1]]
+                evs = [r[0] for r in it.rows(False)]
                 assert {e["type"] for e in evs} <= COMMUTING_TYPES
-                grouped = [r[0] for r in it.rows(True)[1]]
+                grouped = [r[0] for r in it.rows(True)]
                 assert [(e["topic"], e["partition"]) for e in grouped] == sorted(
                     (e["topic"], e["partition"]) for e in evs)
                 for key in {(e["topic"], e["partition"]) for e in evs}:      # each partition's rows in order
