@@ -479,3 +479,23 @@ def test_metadata_history_keeps_only_what_a_replica_may_still_sync():
     assert [snap.partition_epoch for _, snap in p.md_history] == [1, 2]
     cl.apply(validate({"seq": len(s.events) + 3, "ts_ms": s.ts, "type": "MetadataSync", "broker": 3})[0])
     assert [snap.partition_epoch for _, snap in p.md_history] == [2]     # the newest, for a broker added later
+
+
+def test_next_due_is_the_earliest_over_every_partition():
+    """next_due (a Spark bucket's event-time timeout) is the earliest due time of any partition,
+    not of the first or the last one it looks at: here acks=all produces parked on two partitions,
+    the later-created one's due first."""
+    cfg = EngineConfig({"broker.session.timeout.ms": "0", "auto.leader.rebalance.enable": "false",
+                        "isr.expiration.interval.ms": "0"})
+    cl = Cluster(cfg)
+    s = S().up(1, 2)
+    s.create([1, 2])
+    s.partition = 1
+    s.create([1, 2])
+    s.at(200).produce(1, 1, acks=-1)            # t-1: request.timeout.ms 30000 -> due at 30200
+    s.partition = 0
+    s.at(300).produce(1, 1, acks=-1)            # t-0: due at 30300
+    for raw in s.events:
+        cl.apply(validate(raw)[0])
+    assert [cl.partition_due(cl.partitions[("t", k)]) for k in (0, 1)] == [30300, 30200]
+    assert cl.next_due() == 30200
