@@ -50,6 +50,7 @@ from protocol.config import EngineConfig
 
 from .buckets import DEFAULT_BUCKETS, owns_fn
 from .spark_source import FORMAT, IsrflowSource
+from .windows import WINDOW_ROWS
 from .streamio import from_ipc, to_ipc
 
 OUT_SCHEMA = "table string, data binary"
@@ -134,6 +135,11 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
     mn = mx = None
     young, done = _worker_young(YoungGC)
     if not timed_out:
+        # a bucket that groups its runs (_feed_grouped) feeds its chunks' items WINDOW_ROWS at a
+        # time: a run of produce / fetch rows that goes on in the next chunk is then grouped whole
+        # (a chunk holds the bucket's ~1/16 of the source's CHUNK_ROWS, too few rows a partition
+        # for grouping to pay); any other bucket feeds chunk by chunk, holding fewer items alive
+        items: list = []
         for pos, nin, lo, hi, payload in sorted(chunks, key=lambda c: c[0]):
             n_in += int(nin or 0)
             lo, hi = _int_or_none(lo), _int_or_none(hi)
@@ -141,8 +147,12 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
                 mn = lo
             if hi is not None and (mx is None or hi > mx):
                 mx = hi
-            done = _feed_chunk(cl, unpack(payload), young, done, pre_rejected, need_raw)
-            _WORKER_YOUNG[1] = done
+            items += unpack(payload)
+            if len(items) >= WINDOW_ROWS or not _groups(cl):
+                done = _WORKER_YOUNG[1] = _feed_chunk(cl, items, young, done, pre_rejected, need_raw)
+                items = []
+        if items:
+            done = _WORKER_YOUNG[1] = _feed_chunk(cl, items, young, done, pre_rejected, need_raw)
     if need_raw:
         if stream is None:
             raise ValueError("process_bucket needs the stream path to attach rejected rows' raw JSON")
@@ -170,14 +180,25 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
     """Apply one source chunk's items to the bucket's core; returns the young-collection clock.
 
     The chunk's events go in runs, one core call each (Cluster.apply_run, as the in-process engine
-    feeds its rows); a run stops after a row the core rejects. Rows the source already rejected go
-    to `pre_rejected`; a core rejection whose raw row the source carried by position goes to
-    `need_raw`, to be re-read from the stream files once per call."""
+    feeds its rows); a run stops after a row the core rejects. A long run of produce / fetch rows
+    goes grouped by partition when the core allows it (_feed_grouped), as the in-process engine's
+    windows do. Rows the source already rejected go to `pre_rejected`; a core rejection whose raw
+    row the source carried by position goes to `need_raw`, to be re-read from the stream files
+    once per call."""
     from .spark_source import REJECTED, chunk_events, noted_creations, without_known_notes
     items = without_known_notes(items, cl.topic_rf)
     evs = chunk_events(items)
+    runs = _commuting_runs(evs) if _groups(cl) else []
+    runs.reverse()                  # popped from the end: the next run last
     i, n = 0, len(items)
     while i < n:
+        if runs and runs[-1][0] == i:
+            end = runs.pop()[1]
+            got = _feed_grouped(cl, evs, items, i, end, young, done, need_raw)
+            if got is not None:
+                done, i = got, end
+                continue
+        stop = runs[-1][0] if runs else n
         if done + 1 >= young.at:
             young.collect(done + 1)
         if evs[i] is None:
@@ -190,25 +211,105 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
             done += 1
             i += 1
             continue
-        rows = cl.out.tables.get("rejected")
-        before = len(rows) if rows is not None else 0
-        rejected = cl.rejected
-        k = young.run(cl, evs, i, n, done)[0]
+        before = _rejected_before(cl)
+        k = young.run(cl, evs, i, stop, done)[0]
         done += k - i
         i = k
-        if cl.rejected == rejected:
-            continue
-        rows = cl.out.tables.get("rejected")
-        if rows is not None and len(rows) > before and rows[-1]["raw"] is None:
-            # the core's rejection of the run's last row, emitted here (a broadcast row's only in
-            # bucket 0): attach the raw row (carried along by the Kafka source, re-read by position
-            # from the stream files otherwise)
-            raw = items[i - 1][3]
-            if type(raw) is str:
-                rows[-1]["raw"] = raw
-            else:
-                need_raw.append((rows[-1], raw))
+        if cl.rejected != before[0]:
+            _attach_raw(cl, before[1], items[i - 1], need_raw)
     return done
+
+
+# Grouping a bucket's runs pays only once its partitions' state outgrows the processor's cache. The
+# 16 bucket calls of the bench's 1M-row streams outside Spark (compiled core, in turn), their feed
+# grouped against in stream order: 100k partitions (~6,250 a bucket) 6.3-7.2 s against 7.3-8.5 s;
+# 10k (~625) 3.95-4.16 s against 4.07-4.19 s; 1k (~62) 3.1-3.5 s against 2.9-3.2 s (the grouping's
+# own pass, ~0.4 us a row, with nothing to gain). Whole Spark replays at 10k partitions were no
+# faster grouped, so a bucket groups from well above that size.
+GROUP_PARTITIONS = 2048
+
+
+def _groups(cl) -> bool:
+    """Whether the bucket is large enough to group its runs: GROUP_PARTITIONS partitions, the
+    cold ones (decoded from the previous micro-batch's state, not used since) counted."""
+    return len(cl.partitions) + len(cl.cold) >= GROUP_PARTITIONS
+
+
+def _commuting_runs(evs: list) -> list[tuple[int, int]]:
+    """[start, end) of each run of at least jobs.windows.MIN_RUN consecutive events of
+    COMMUTING_TYPES (an applied row's event; None is any other item), in order."""
+    from protocol.cluster import COMMUTING_TYPES
+    from .windows import MIN_RUN
+    runs = []
+    start = -1
+    for j, ev in enumerate(evs):
+        if ev is not None and ev["type"] in COMMUTING_TYPES:
+            if start < 0:
+                start = j
+        elif start >= 0:
+            if j - start >= MIN_RUN:
+                runs.append((start, j))
+            start = -1
+    if start >= 0 and len(evs) - start >= MIN_RUN:
+        runs.append((start, len(evs)))
+    return runs
+
+
+def _feed_grouped(cl, evs: list, items: list, a: int, b: int, young, done: int, need_raw: list) -> int | None:
+    """The events evs[a:b] (a run of _commuting_runs) applied grouped by partition, in key order,
+    each partition's rows in their order, when the core allows it (Cluster.commutes: the rule and
+    why it holds, as for the in-process engine's windows, jobs.windows); a bucket looks for runs
+    only once it holds GROUP_PARTITIONS partitions (_groups). Returns the young-collection clock,
+    or None (nothing applied: the caller feeds the run in stream order)."""
+    # The source's scan applied the stream order check over the whole stream (rows out of order
+    # reach the bucket as REJECTED items, which end a run), so a run's seq strictly increases and
+    # its ts_ms never decreases; and a bucket's core checks no time jump (Cluster.max_jump is 0
+    # there: the scan checked it), so a step is never too long for it.
+    run = evs[a:b]
+    first, last = run[0], run[-1]
+    if not cl.commutes(first["seq"], first["ts_ms"], last["ts_ms"], 0):
+        return None
+    groups: dict = {}
+    for j, ev in enumerate(run, a):
+        key = (ev["topic"], ev["partition"])
+        g = groups.get(key)
+        if g is None:
+            groups[key] = [j]
+        else:
+            g.append(j)
+    order = [j for key in sorted(groups) for j in groups[key]]
+    grouped = [evs[j] for j in order]
+    k, m = 0, len(grouped)
+    while k < m:
+        if done + 1 >= young.at:
+            young.collect(done + 1)
+        before = _rejected_before(cl)
+        k2 = young.run(cl, grouped, k, m, done, True)[0]
+        done += k2 - k
+        k = k2
+        if cl.rejected != before[0]:
+            _attach_raw(cl, before[1], items[order[k - 1]], need_raw)
+    cl.end_window(last["seq"], last["ts_ms"])
+    return done
+
+
+def _rejected_before(cl) -> tuple[int, int]:
+    """The core's rejection count and its `rejected` rows so far (see _attach_raw)."""
+    rows = cl.out.tables.get("rejected")
+    return cl.rejected, len(rows) if rows is not None else 0
+
+
+def _attach_raw(cl, before: int, item, need_raw: list) -> None:
+    """The core rejected `item`'s row, the last it applied: attach its raw row to the rejected row
+    it emitted (a broadcast row's only in bucket 0), carried along by the Kafka source, re-read by
+    position from the stream files otherwise (need_raw)."""
+    rows = cl.out.tables.get("rejected")
+    if rows is not None and len(rows) > before and rows[-1]["raw"] is None:
+        raw = item[3]
+        if type(raw) is str:
+            rows[-1]["raw"] = raw
+        else:
+            need_raw.append((rows[-1], raw))
 
 
 # A bucket's state value in Spark's state store: b"IZ" + the blob's size (8 bytes, little endian) +

@@ -75,10 +75,35 @@ def test_group_keys_balanced_and_invertible():
 
 
 def test_pack_roundtrip():
-    items = [(0, (1, 2, None), 5), (1, {"a": 1})]
-    assert unpack(pack(items)) == items
     import pickle
-    assert unpack(pickle.dumps(items, protocol=5)) == items
+    import zlib
+    items = [(0, ("seq", "ts_ms", "type"), (i, 1000 + i, "Fetch"), i << 32) for i in range(200)] + [(1, {"a": 1})]
+    data = pickle.dumps(items, protocol=5)
+    payload = pack(items)
+    assert payload[:1] == b"Z" and int.from_bytes(payload[1:9], "little") == len(data)
+    assert len(payload) < len(data) / 3
+    assert unpack(payload) == items
+    assert unpack(bytearray(payload)) == items        # as Spark hands a binary column to Python
+    assert unpack(data) == items                      # a plain pickle
+    assert unpack(zlib.compress(data, 1)) == items    # payloads before zstd
+
+
+def test_scan_routes_every_partition_number_to_its_bucket():
+    """The scan keeps a topic's buckets in a list by partition number, up to _DENSE, and in a dict
+    beyond: either way a row goes to bucket_of's bucket, the same on its first and later rows."""
+    from jobs.buckets import bucket_of
+    from jobs.spark_source import _DENSE, chunk_events, scan_rows
+    parts = [0, 7, 3, 7, _DENSE - 1, _DENSE, _DENSE + 5, 2 ** 31 - 1, 3, _DENSE]
+    raws = [{"seq": i + 1, "ts_ms": 0, "type": "Fetch", "topic": t, "partition": p, "broker": 1,
+             "fetch_offset": 0} for i, (t, p) in enumerate([("a", p) for p in parts] + [("b", p) for p in parts])]
+    for n_buckets in (3, 16):
+        reached = {}
+        for b, *_rest, payload in scan_rows(iter((i, r, None, None) for i, r in enumerate(raws)), (0, 0),
+                                            n_buckets, keep_raw=True):
+            for ev in chunk_events(unpack(payload)):
+                assert ev is not None
+                reached[ev["seq"]] = b
+        assert reached == {r["seq"]: bucket_of(r["topic"], r["partition"], n_buckets) for r in raws}
 
 
 def test_a_read_task_derives_its_carry_from_the_nearest_carry_recorded_before_its_file(tmp_path, monkeypatch):

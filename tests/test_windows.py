@@ -16,7 +16,7 @@ import jobs.local_engine as le
 import jobs.windows as win
 from jobs.local_engine import LocalEngine
 from jobs.simulate import simulate
-from jobs.streamio import iter_raw_rows, row_to_json
+from jobs.streamio import iter_raw_rows, list_stream_files, row_to_json
 from jobs.windows import Window, iter_stream_items
 from protocol.cluster import COMMUTING_TYPES, Cluster
 from protocol.config import EngineConfig
@@ -285,3 +285,166 @@ def test_files_of_other_schemas_close_the_window(tmp_path, small_windows):
     got = list(_flat(items, False))
     assert [_values(r) for r in got] == [_values(r) for r in want]
     assert _same_replay(s, EngineConfig({"input.max.time.jump.ms": "300000"}), 10_000, 1 << 18) > 300
+
+
+# ------------------------------------------------------------------ the Spark engine's bucket calls
+# A bucket call (jobs.spark_engine.process_bucket) groups the same runs by partition
+# (_commuting_runs, _feed_grouped) once its bucket holds GROUP_PARTITIONS partitions: its tables,
+# state rows, statistics and the state it hands to the next micro-batch are those of stream order.
+
+def _bucket_batches(stream, cfg, n_buckets: int, chunk_rows: int, batches: int):
+    """Every bucket's calls over the stream's source chunks (the scan, as a read task runs it), cut
+    into `batches` micro-batches by position, each call on the state the previous one left."""
+    from jobs.spark_engine import process_bucket
+    from jobs.spark_source import run_scan
+    files = [(i, str(f)) for i, f in enumerate(list_stream_files(stream))]
+    rows, _ = run_scan(files, (0, 0), n_buckets, chunk_rows=chunk_rows, max_jump=cfg.max_time_jump_ms)
+    positions = sorted({r[1] for r in rows})
+    cut = -(-len(positions) // batches)
+    out = []
+    for b in range(n_buckets):
+        chunks = [r[1:2] + r[3:] for r in rows if r[0] % n_buckets == b]
+        blob = None
+        watermark = 0
+        for k in range(batches):
+            lo, hi = positions[k * cut] if k * cut < len(positions) else 1 << 62, \
+                positions[(k + 1) * cut] if (k + 1) * cut < len(positions) else 1 << 62
+            mine = [c for c in chunks if lo <= c[0] < hi]
+            tables, state, stats, blob, _ = process_bucket(b, n_buckets, cfg, blob, mine, watermark, False,
+                                                           str(stream))
+            watermark = max(watermark, stats["max_ts"] or 0)
+            rows_k = {name: sorted(json.dumps(r, sort_keys=True, default=str) for r in rs)
+                      for name, rs in tables.items() if rs}
+            out.append((b, k, rows_k, state.to_pylist(), stats, blob))
+    return out
+
+
+@pytest.fixture
+def grouping(monkeypatch):
+    """Counts the rows the bucket calls applied grouped; `on(True)` groups runs of any length
+    whatever the bucket's size, `on(False)` never groups."""
+    import jobs.spark_engine as se
+    real = se._feed_grouped
+    seen = [0]
+
+    def counted(cl, evs, items, a, b, *rest):
+        got = real(cl, evs, items, a, b, *rest)
+        if got is not None:
+            seen[0] += b - a
+        return got
+
+    def on(yes: bool):
+        monkeypatch.setattr(se, "GROUP_PARTITIONS", 0 if yes else 1 << 40)
+        seen[0] = 0
+    monkeypatch.setattr(se, "_feed_grouped", counted)
+    monkeypatch.setattr(se, "_WORKER_YOUNG", [])
+    on.seen = seen
+    return on
+
+
+def _same_buckets(grouping, stream, cfg, n_buckets: int, chunk_rows: int, batches: int) -> int:
+    grouping(False)
+    ref = _bucket_batches(stream, cfg, n_buckets, chunk_rows, batches)
+    assert grouping.seen[0] == 0
+    grouping(True)
+    got = _bucket_batches(stream, cfg, n_buckets, chunk_rows, batches)
+    assert len(got) == len(ref)
+    for a, b in zip(ref, got):
+        assert a[:2] == b[:2]
+        assert a[4] == b[4], a[:2]              # input rows, applied, rejected, seq range, max ts
+        assert a[3] == b[3], a[:2]              # partition_state, in key order
+        assert a[2] == b[2], a[:2]              # every output table
+        assert a[5] == b[5], a[:2]              # the state the next micro-batch starts from
+    return grouping.seen[0]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bucket_calls_grouped_give_the_tables_of_stream_order(tmp_path, small_windows, grouping, seed):
+    s = _disordered(tmp_path, seed)
+    cfg = EngineConfig({"input.max.time.jump.ms": "300000"})
+    for n_buckets, chunk_rows, batches in ((1, 50_000, 1), (3, 40, 4)):
+        assert _same_buckets(grouping, s, cfg, n_buckets, chunk_rows, batches) > 300
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("crash", dict(faults="crash:2@20s+30s,unclean-crash:1@70s", duration_ms=120_000)),
+    ("zone", dict(scenario="zone-outage", duration_ms=200_000)),
+    ("flaky", dict(scenario="flaky-network", duration_ms=120_000, partitions=4, seed=8)),
+    ("stop", dict(faults="crash:1@10s+40s", duration_ms=80_000, partitions=6, brokers=4)),
+])
+def test_bucket_calls_grouped_under_faults(tmp_path, small_windows, grouping, name, kw):
+    kw.setdefault("partitions", 8)
+    kw.setdefault("brokers", 5)
+    s = _simulated(tmp_path, name, **kw)
+    for n_buckets, chunk_rows, batches in ((1, 50_000, 1), (4, 300, 3)):
+        assert _same_buckets(grouping, s, EngineConfig({}), n_buckets, chunk_rows, batches) > 1000
+
+
+def test_a_bucket_groups_only_past_its_size_and_a_long_run(tmp_path, monkeypatch):
+    """With the shipped thresholds: a bucket of fewer than GROUP_PARTITIONS partitions feeds its
+    chunks in stream order, one by one (nothing to gain there: the partitions fit in the processor's
+    cache); one of more, its cold partitions counted, groups the runs of MIN_RUN rows or more,
+    across the source's chunks."""
+    import jobs.spark_engine as se
+    from jobs.spark_engine import _commuting_runs
+    ev = {"type": "Fetch"}
+    other = {"type": "Tick"}
+    n = win.MIN_RUN
+    assert _commuting_runs([ev] * n) == [(0, n)]
+    assert _commuting_runs([ev] * (n - 1)) == []
+    assert _commuting_runs([None] + [ev] * n + [other] + [ev] * (n - 1) + [None] + [ev] * n) == \
+        [(1, n + 1), (2 * n + 2, 3 * n + 2)]
+    seen = []
+    real = se._feed_grouped
+
+    def recorded(cl, evs, items, a, b, *rest):
+        got = real(cl, evs, items, a, b, *rest)
+        seen.append((len(cl.partitions), len(cl.cold), b - a, got is not None))
+        return got
+    feeds = []
+    feed = se._feed_chunk
+
+    def fed(cl, items, *rest):
+        feeds.append(len(items))
+        return feed(cl, items, *rest)
+    monkeypatch.setattr(se, "_feed_grouped", recorded)
+    monkeypatch.setattr(se, "_feed_chunk", fed)
+    s = _simulated(tmp_path, "big", partitions=200, brokers=6, duration_ms=20_000)
+    ref = _bucket_batches(s, EngineConfig({}), 1, 500, 2)
+    assert not seen                                             # 200 partitions: below
+    chunks = len(feeds)
+    assert chunks > 50 and max(feeds) < 2_000                   # ... fed chunk by chunk
+    feeds.clear()
+    monkeypatch.setattr(se, "GROUP_PARTITIONS", 200)            # a bucket of GROUP_PARTITIONS: grouped
+    monkeypatch.setattr(se, "_WORKER_YOUNG", [])
+    got = _bucket_batches(s, EngineConfig({}), 1, 500, 2)
+    assert len(feeds) < chunks / 10
+    # runs longer than a source chunk's 500 rows, grouped across chunks
+    assert any(grouped and hot + cold == 200 and rows > 500 for hot, cold, rows, grouped in seen)
+    assert [g[2:] for g in got] == [r[2:] for r in ref]
+    # a bucket's size counts the partitions still cold in the state the last micro-batch left
+    from protocol.codec import decode_cluster
+    cl = decode_cluster(got[-1][5], EngineConfig({}), True, None)
+    assert len(cl.partitions) < 200 <= len(cl.partitions) + len(cl.cold)
+    assert se._groups(cl)
+
+
+def test_a_bucket_run_holding_a_session_expiry_is_fed_in_stream_order(tmp_path, small_windows, grouping,
+                                                                      monkeypatch):
+    """A broker session that runs out within a bucket's run of fetches fences the broker at the
+    first row at or past its time, which changes other partitions: that run is not grouped
+    (Cluster.commutes), the others are, and the tables are those of stream order."""
+    import jobs.spark_engine as se
+    s = _simulated(tmp_path, "stop", faults="crash:1@10s+40s", duration_ms=80_000, partitions=6, brokers=4)
+    runs = []
+    counted = se._feed_grouped
+
+    def recorded(cl, evs, items, a, b, *rest):
+        expiring = cl.sess_next is not None and evs[a]["ts_ms"] <= cl.sess_next <= evs[b - 1]["ts_ms"]
+        got = counted(cl, evs, items, a, b, *rest)
+        runs.append((expiring, got is not None))
+        return got
+    monkeypatch.setattr(se, "_feed_grouped", recorded)
+    assert _same_buckets(grouping, s, EngineConfig({}), 1, 50_000, 1) > 1000
+    assert (True, False) in runs and (False, True) in runs
+    assert (True, True) not in runs
