@@ -50,8 +50,8 @@ from protocol.config import EngineConfig
 
 from .buckets import DEFAULT_BUCKETS, owns_fn
 from .spark_source import FORMAT, IsrflowSource
-from .windows import WINDOW_ROWS
 from .streamio import from_ipc, to_ipc
+from .windows import WINDOW_ROWS
 
 OUT_SCHEMA = "table string, data binary"
 STATE_SCHEMA = "blob binary"
