@@ -211,12 +211,7 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
             done += 1
             i += 1
             continue
-        before = _rejected_before(cl)
-        k = young.run(cl, evs, i, stop, done)[0]
-        done += k - i
-        i = k
-        if cl.rejected != before[0]:
-            _attach_raw(cl, before[1], items[i - 1], need_raw)
+        i, done = _apply(cl, evs, i, stop, young, done, items, None, need_raw, False)
     return done
 
 
@@ -279,24 +274,28 @@ def _feed_grouped(cl, evs: list, items: list, a: int, b: int, young, done: int, 
             g.append(j)
     order = [j for key in sorted(groups) for j in groups[key]]
     grouped = [evs[j] for j in order]
-    k, m = 0, len(grouped)
-    while k < m:
-        if done + 1 >= young.at:
-            young.collect(done + 1)
-        before = _rejected_before(cl)
-        k2 = young.run(cl, grouped, k, m, done, True)[0]
-        done += k2 - k
-        k = k2
-        if cl.rejected != before[0]:
-            _attach_raw(cl, before[1], items[order[k - 1]], need_raw)
+    done = _apply(cl, grouped, 0, len(grouped), young, done, items, order, need_raw, True)[1]
     cl.end_window(last["seq"], last["ts_ms"])
     return done
 
 
-def _rejected_before(cl) -> tuple[int, int]:
-    """The core's rejection count and its `rejected` rows so far (see _attach_raw)."""
-    rows = cl.out.tables.get("rejected")
-    return cl.rejected, len(rows) if rows is not None else 0
+def _apply(cl, evs: list, i: int, stop: int, young, done: int, items: list, order, need_raw: list,
+           window: bool) -> tuple[int, int]:
+    """evs[i:stop] in core runs (Cluster.apply_run; `window`: a grouped run's), up to the first None,
+    on the young-collection schedule; a core rejection gets its item's raw row (_attach_raw: the
+    item of evs[j] is items[j], or items[order[j]] for a grouped run). Returns (the index after
+    the last row applied, the young-collection clock)."""
+    while i < stop and evs[i] is not None:
+        if done + 1 >= young.at:
+            young.collect(done + 1)
+        rows = cl.out.tables.get("rejected")
+        before, n_rows = cl.rejected, len(rows) if rows is not None else 0
+        k = young.run(cl, evs, i, stop, done, window)[0]
+        done += k - i
+        i = k
+        if cl.rejected != before:
+            _attach_raw(cl, n_rows, items[i - 1 if order is None else order[i - 1]], need_raw)
+    return i, done
 
 
 def _attach_raw(cl, before: int, item, need_raw: list) -> None:

@@ -92,7 +92,8 @@ def test_scan_routes_every_partition_number_to_its_bucket():
     """The scan keeps a topic's buckets in a list by partition number, up to _DENSE, and in a dict
     beyond: either way a row goes to bucket_of's bucket, the same on its first and later rows."""
     from jobs.buckets import bucket_of
-    from jobs.spark_source import _DENSE, chunk_events, scan_rows
+    from jobs.buckets import _DENSE
+    from jobs.spark_source import chunk_events, scan_rows
     parts = [0, 7, 3, 7, _DENSE - 1, _DENSE, _DENSE + 5, 2 ** 31 - 1, 3, _DENSE]
     raws = [{"seq": i + 1, "ts_ms": 0, "type": "Fetch", "topic": t, "partition": p, "broker": 1,
              "fetch_offset": 0} for i, (t, p) in enumerate([("a", p) for p in parts] + [("b", p) for p in parts])]
@@ -104,6 +105,11 @@ def test_scan_routes_every_partition_number_to_its_bucket():
                 assert ev is not None
                 reached[ev["seq"]] = b
         assert reached == {r["seq"]: bucket_of(r["topic"], r["partition"], n_buckets) for r in raws}
+    # each bucket's Cluster owns its partitions by the same lookup, any partition number included
+    from jobs.buckets import owns_fn
+    owns = [owns_fn(b, 5) for b in range(5)]
+    for p in (-7, -1, 0, 5, 3, _DENSE - 1, _DENSE, 2 ** 40, 5):
+        assert [o(("a", p)) for o in owns] == [b == bucket_of("a", p, 5) for b in range(5)]
 
 
 def test_a_read_task_derives_its_carry_from_the_nearest_carry_recorded_before_its_file(tmp_path, monkeypatch):
