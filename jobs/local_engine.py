@@ -50,21 +50,28 @@ def fingerprint(stream, config: EngineConfig, engine: str) -> str:
 _YOUNG_ROWS = 1 << 15
 _YOUNG_MAX = 1 << 22
 # Even walked once, new partitions cost: the creation of 100k partitions left ~3M objects for the
-# young collections to walk (0.8 s of a 10 s replay) only to find them all alive. So while the
-# collections find no garbage, every other point of the schedule freezes instead (gc.freeze(): the
-# young objects move, unwalked, to the permanent generation, which no collection walks), and the
-# point _YOUNG_ROWS rows after a freeze collects: a sample of the rows since, which decides whether
-# the next point may freeze again. Reference counting still frees frozen objects; only a cycle
-# made before a freeze and dead after it waits, until the loop ends (replay_gc unfreezes) or until
-# a sample finds garbage: then everything is unfrozen and collected once (a full walk) and this
-# schedule never freezes again, as before this rule. "No garbage" is fewer than one object freed
-# in _CLEAN_RATIO walked (gc.get_count()[0] before the collection), so a frozen cycle is expected
-# to hold under 0.1% of what a freeze moved; the first collection of a replay frees a few dozen
-# objects of the start-up among ~1M.
+# young collections to walk (0.8 s of a 10 s replay) only to find them all alive. So the first
+# point of the schedule and, while the collections find no garbage, every other point freezes
+# instead (gc.freeze(): the young objects move, unwalked, to the permanent generation, which no
+# collection walks), and the point _SAMPLE_ROWS rows after a freeze collects: a sample of the rows
+# since, which decides whether the next point may freeze again. The sample is short because it
+# walks everything those rows made: 32k rows of creations are ~1.5M objects (0.2 s), 4k rows a
+# tenth of that. Reference counting still frees frozen objects; only a cycle made before a freeze
+# and dead after it waits, until the loop ends (replay_gc unfreezes) or until a sample finds
+# garbage: then everything is unfrozen and collected once (a full walk) and this schedule never
+# freezes again, as before this rule. "No garbage" is fewer than one object freed in _CLEAN_RATIO
+# walked (gc.get_count()[0] before the collection), so a frozen cycle is expected to hold under
+# 0.1% of what a freeze moved; the first collection of a replay frees a few dozen objects of the
+# start-up among ~1M.
+_SAMPLE_ROWS = 1 << 12
 _CLEAN_RATIO = 1000
 # whether a YoungGC may freeze now: set by the innermost replay_gc that found nothing frozen (it
 # unfreezes at its end what was frozen during it), so no freeze outlives the loop it was made in
 _FREEZE_OK = [False]
+# whether a YoungGC froze objects that are still frozen. Kept here rather than asked of
+# gc.get_freeze_count(), which counts the permanent generation by walking it: ~0.14 s for the
+# ~3M objects a 100k-partition replay freezes, once at every loop's end
+_FROZEN = [False]
 
 
 class YoungGC:
@@ -81,7 +88,10 @@ class YoungGC:
     def __init__(self) -> None:
         self.every = _YOUNG_ROWS
         self.at = _YOUNG_ROWS
-        self.freeze_next = False
+        # the first point freezes: the sample after it judges the rows before it too. A first
+        # collection walked everything the replay had made so far (at 100k partitions: the first
+        # 32k creations, ~1.5M objects, 0.25 s) to free a few dozen objects of the start-up
+        self.freeze_next = True
         self.frozen = False
         self.may_freeze = True
 
@@ -92,11 +102,11 @@ class YoungGC:
         if gc.isenabled():
             self.at = row + self.every
             return 0
-        if self.freeze_next and _FREEZE_OK[0]:
+        if self.freeze_next and self.may_freeze and _FREEZE_OK[0]:
             gc.freeze()
-            self.frozen = True
+            _FROZEN[0] = self.frozen = True
             self.freeze_next = False
-            self.at = row + _YOUNG_ROWS        # the sample that judges the rows after the freeze
+            self.at = row + _SAMPLE_ROWS       # the sample that judges the rows after the freeze
             return 0
         young = gc.get_count()[0]
         freed = gc.collect(1)
@@ -104,9 +114,10 @@ class YoungGC:
             self.every = min(self.every * 2, _YOUNG_MAX)
             self.freeze_next = self.may_freeze
         else:
-            if self.frozen and gc.get_freeze_count():
+            if self.frozen and _FROZEN[0]:
                 # cycles made before a freeze may be dead in the permanent generation: one full walk
                 gc.unfreeze()
+                _FROZEN[0] = False
                 freed += gc.collect()
                 self.may_freeze = False
             self.frozen = False
@@ -130,14 +141,15 @@ def replay_gc():
     was = gc.isenabled()
     gc.disable()
     outer = _FREEZE_OK[0]
-    mine = gc.get_freeze_count() == 0
+    mine = gc.get_freeze_count() == 0      # (a walk of nothing, or of what someone else froze)
     _FREEZE_OK[0] = mine
     try:
         yield
     finally:
         _FREEZE_OK[0] = outer
-        if mine and gc.get_freeze_count():
+        if mine and _FROZEN[0]:
             gc.unfreeze()
+            _FROZEN[0] = False
         if was:
             gc.enable()
 
@@ -261,8 +273,7 @@ class LocalEngine:
         if final:
             cl.finish()
         tables = cl.drain()
-        state = partition_state_arrow(*cl.partition_state_columns(cl.touched))
-        cl.touched = set()
+        state = partition_state_arrow(*cl.partition_state_columns(cl.take_touched()))
         return tables, state
 
 

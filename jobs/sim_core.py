@@ -108,7 +108,7 @@ class CoreDriver:
         if self._viol:
             self._on_violation({"seq": self.cl.last_seq, "ts_ms": self.cl.max_ts})
         self.cl.drain()
-        self.cl.touched = set()
+        self.cl.take_touched()
         self._viol = self.cl.out.tables["violations"]
 
     def final_state_digest(self) -> str:

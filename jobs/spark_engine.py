@@ -163,8 +163,7 @@ def _process_bucket(bucket: int, n_buckets: int, cfg: EngineConfig, blob: bytes 
     tables = cl.drain()
     if pre_rejected:
         tables["rejected"] = pre_rejected + tables.get("rejected", [])
-    state = partition_state_arrow(*cl.partition_state_columns(cl.touched))
-    cl.touched = set()
+    state = partition_state_arrow(*cl.partition_state_columns(cl.take_touched()))
     stats = {"n_in": n_in, "applied": cl.applied - applied0, "rejected": len(tables.get("rejected", ())),
              "min_seq": mn, "max_seq": mx, "max_ts": cl.max_ts}
     nd = cl.next_due()

@@ -10,14 +10,19 @@ Both wings reach this module only through `p.channels`, an object handed to them
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .broker import leader as _leader
 from .broker.metadata_cache import apply_metadata
 from .controller.replication import handle_alter_partition, snapshot
 from .messages import grown
 
+if TYPE_CHECKING:
+    from .partition import Partition
+
 
 # ---------------------------------------------------------------- metadata
-def publish(p) -> None:
+def publish(p: Partition) -> None:
     """A committed registration reaches the brokers: at once, or on MetadataSync."""
     snap = snapshot(p)
     if p.cl.config.md_immediate:
@@ -30,7 +35,7 @@ def publish(p) -> None:
         p.md_history = grown(p.md_history, (p.cur_seq, snap))
 
 
-def apply_current(p, b: int) -> None:
+def apply_current(p: Partition, b: int) -> None:
     """Immediate delivery to one (re)started broker: the current registration."""
     apply_metadata(p, b, snapshot(p), p.cur_seq)
 
@@ -65,20 +70,20 @@ def _prune_history(p) -> None:
 
 
 # ---------------------------------------------------------------- AlterPartition
-def send_alter_partition(p, req) -> None:
+def send_alter_partition(p: Partition, req) -> None:
     p.ap_requests = grown(p.ap_requests, req)
     if p.cl.config.ap_immediate:
         deliver_alter_partition_request(p)
         deliver_alter_partition_response(p)
 
 
-def deliver_alter_partition_request(p) -> None:
+def deliver_alter_partition_request(p: Partition) -> None:
     """A19/A20: the controller handles the oldest undelivered AlterPartition (none waiting: nothing)."""
     if p.ap_requests:
         p.ap_responses = grown(p.ap_responses, handle_alter_partition(p, p.ap_requests.pop(0)))
 
 
-def deliver_alter_partition_response(p) -> None:
+def deliver_alter_partition_response(p: Partition) -> None:
     """B10: the leader handles the oldest undelivered answer (none waiting: nothing)."""
     if p.ap_responses:
         _leader.on_alter_partition_response(p, p.ap_responses.pop(0))

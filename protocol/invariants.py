@@ -41,7 +41,7 @@ class Invariants:
         self.lost_acked = 0
 
     # -------------------------------------------------------------- hooks
-    def violation(self, p, name: str, detail: str) -> None:
+    def violation(self, p: Partition, name: str, detail: str) -> None:
         p.emit("violations", {"invariant": name, "detail": detail})
 
     def on_leader_hwm(self, p: Partition, rep: Replica, hw: int) -> None:
@@ -66,18 +66,18 @@ class Invariants:
             self.committed = runs_prefix(log.runs, hw)
             self.committed_end = hw
 
-    def on_log_change(self, p, rep) -> None:
+    def on_log_change(self, p: Partition, rep) -> None:
         self.changed = grown_set(self.changed, rep.broker)
         self.dirty = True
 
-    def on_snapshot(self, p, rep, hwm: int) -> None:
+    def on_snapshot(self, p: Partition, rep, hwm: int) -> None:
         """A recorded replica log was loaded: a HWM beyond the true one commits its records."""
         if hwm > self.committed_end:
             self.committed = runs_prefix(rep.log.runs, hwm)
             self.committed_end = hwm
         self.on_log_change(p, rep)
 
-    def new_leadership(self, p, rep) -> None:
+    def new_leadership(self, p: Partition, rep) -> None:
         self.dirty = True
 
     def on_acked(self, p: Partition, pr: Produce) -> None:
@@ -108,7 +108,7 @@ class Invariants:
             self.consumed = runs_prefix(log.runs, end)
             self.consumed_end = end
 
-    def on_registration(self, p, info) -> None:
+    def on_registration(self, p: Partition, info) -> None:
         """A committed PartitionChangeRecord: ElrInvariants and EpochMonotonic."""
         if p.leader_epoch < self.last_le or p.partition_epoch <= self.last_pe:
             self.violation(p, "EpochMonotonic",
@@ -160,7 +160,7 @@ class Invariants:
         if len(self.reported) > 4096:
             self.reported = EMPTY_SET
 
-    def _candidates_complete(self, p, brokers) -> None:
+    def _candidates_complete(self, p: Partition, brokers) -> None:
         """LeaderCandidateCompleteness: no running ISR/ELR member is shorter than the true HWM."""
         end = self.committed_end
         if not end:
@@ -189,7 +189,7 @@ class Invariants:
                                f"controller ISR {p.isr} + ELR {p.elr} is not within leader {p.leader}'s maximal "
                                f"ISR {list(lrep.maximal_isr)}")
 
-    def _unclean_excluded(self, p, brokers) -> None:
+    def _unclean_excluded(self, p: Partition, brokers) -> None:
         """UncleanExclusion: a replica restarted after an unclean crash stays out until it caught up."""
         leader = p.leader
         for r, since in p.unclean.items():
@@ -204,7 +204,7 @@ class Invariants:
                                    f"replica {r} restarted after an unclean shutdown and is {where} "
                                    f"(partition epoch {p.partition_epoch}) without having caught up")
 
-    def _logs_match(self, p, changed) -> None:
+    def _logs_match(self, p: Partition, changed) -> None:
         """LogMatching: below both HWMs, two replicas hold the same records."""
         reps = p.reps
         for b in changed:

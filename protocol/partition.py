@@ -47,7 +47,10 @@ class Partition:
                  "inv", "unclean",
                  # the keys the router's by_broker index holds p under: index_keys() at the last
                  # reindex (derived, not encoded)
-                 "indexed")
+                 "indexed",
+                 # the cluster's touch generation in which p joined cl.touched (Cluster.touch; derived,
+                 # not encoded: 0, never, for a partition made or decoded since)
+                 "touched_in")
 
     def __init__(self, cluster: Cluster, topic: str, partition: int):
         self.cl = cluster
@@ -88,6 +91,7 @@ class Partition:
         self.inv: Any = None
         self.unclean: dict[int, int] = {}
         self.indexed: tuple[int, ...] = ()
+        self.touched_in = 0
 
     def emit(self, table: str, row: dict) -> None:
         row["topic"] = self.topic

@@ -123,7 +123,7 @@ def set_t_next(p: Partition) -> None:
     p.t_next = t
 
 
-def next_due(p, far: int) -> int | None:
+def next_due(p: Partition, far: int) -> int | None:
     lo = p.tdone + 1
     nt = next_timer(p, [lo, lo, lo], far)
     return None if nt is None else nt.time

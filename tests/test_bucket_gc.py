@@ -110,6 +110,7 @@ def test_a_bucket_call_collects_the_young_generations_on_the_engines_schedule(tm
             return super().collect(row)
 
     monkeypatch.setattr(le, "_YOUNG_ROWS", 40)
+    monkeypatch.setattr(le, "_SAMPLE_ROWS", 20)
     monkeypatch.setattr(le, "YoungGC", Spy)
     monkeypatch.setattr(se, "_WORKER_YOUNG", [])
     got = process_bucket(0, 1, cfg, None, chunks, 0, False, str(stream))

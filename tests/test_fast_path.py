@@ -252,27 +252,28 @@ def _dead_cycle():
 
 
 def test_young_collections_freeze_every_other_point_while_they_find_no_garbage():
-    """jobs.local_engine.YoungGC: after a collection that found no garbage the next point freezes
-    (the young objects go, unwalked, to the permanent generation) and the point _YOUNG_ROWS rows
-    later collects again, as a sample; a cycle frozen while dead stays until a sample finds garbage,
-    which unfreezes and collects everything, the frozen cycle too, and ends the freezing; replay_gc
-    unfreezes at its end."""
+    """jobs.local_engine.YoungGC: the first point, and after a collection that found no garbage the
+    next point, freezes (the young objects go, unwalked, to the permanent generation) and the point
+    _SAMPLE_ROWS rows later collects again, as a sample; a cycle frozen while dead stays until a
+    sample finds garbage, which unfreezes and collects everything, the frozen cycle too, and ends
+    the freezing; replay_gc unfreezes at its end, knowing without counting that something is frozen
+    (jobs.local_engine._FROZEN)."""
     import gc
 
     from jobs import local_engine as le
 
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and not le._FROZEN[0]
     eng = le.LocalEngine(EngineConfig({}))
     y = eng.young
     with le.replay_gc():
         gc.collect()
-        assert eng.collect_young() == 0 and y.freeze_next and not y.frozen
+        assert y.freeze_next and not y.frozen           # the first point freezes
         live = [[i] for i in range(1000)]
         frozen_cycle = _dead_cycle()
         every, row = y.every, eng.input_rows
         assert eng.collect_young() == 0                        # the freeze: nothing walked
-        assert gc.get_freeze_count() >= 1000 and y.frozen and not y.freeze_next
-        assert y.at == row + le._YOUNG_ROWS and y.every == every
+        assert gc.get_freeze_count() >= 1000 and y.frozen and not y.freeze_next and le._FROZEN[0]
+        assert y.at == row + le._SAMPLE_ROWS and y.every == every
         gc.collect(1)
         assert frozen_cycle() is not None, "a young collection walked the frozen objects"
         assert eng.collect_young() == 0 and y.freeze_next       # the sample: clean, so freeze again
@@ -281,7 +282,7 @@ def test_young_collections_freeze_every_other_point_while_they_find_no_garbage()
         _dead_cycle()                                           # garbage in the next sample
         assert eng.collect_young() >= 4                         # both cycles, the frozen one too
         assert frozen_cycle() is None
-        assert gc.get_freeze_count() == 0 and not y.may_freeze and not y.frozen
+        assert gc.get_freeze_count() == 0 and not y.may_freeze and not y.frozen and not le._FROZEN[0]
         assert y.every == le._YOUNG_ROWS and not y.freeze_next
         assert eng.collect_young() == 0 and not y.freeze_next   # no freeze again: it collects
         assert eng.collect_young() == 0 and gc.get_freeze_count() == 0
@@ -308,8 +309,8 @@ def test_young_collections_freeze_every_other_point_while_they_find_no_garbage()
         assert 0 < gc.get_freeze_count() <= n
         eng.young.freeze_next = True                # the outer loop may freeze again
         eng.collect_young()
-        assert not eng.young.freeze_next and eng.young.at == eng.input_rows + le._YOUNG_ROWS
-    assert gc.get_freeze_count() == 0 and gc.isenabled()
+        assert not eng.young.freeze_next and eng.young.at == eng.input_rows + le._SAMPLE_ROWS
+    assert gc.get_freeze_count() == 0 and gc.isenabled() and not le._FROZEN[0]
 
     # a schedule that froze in an ended loop (a Spark worker's, kept across bucket calls) knows that
     # its freeze is undone: garbage found in the next loop needs no full walk and ends no freezing

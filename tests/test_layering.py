@@ -116,11 +116,12 @@ PROTOCOL_ROOMS = {
     "codec": PROTOCOL_LEAVES | {"cluster", "partition", "invariants"},
 }
 # Imports for annotations only (under `if TYPE_CHECKING:`, never run): the broker's handlers, the
-# clock and the invariant checker take the Partition they act on (and a Partition its Cluster), and the
-# partition_state projection reads them, typed so that the compiled core (jobs/compiled.py, mypyc)
-# reads its slots directly. Nothing else may cross a room that way.
+# controller's registration writes, the metadata channel, the clock and the invariant checker take
+# the Partition they act on (and a Partition its Cluster), and the partition_state projection reads
+# them, typed so that the compiled core (jobs/compiled.py, mypyc) reads its slots directly. Nothing
+# else may cross a room that way.
 TYPE_ONLY = {"broker": {"partition"}, "timers": {"partition"}, "invariants": {"partition"}, "partition": {"cluster"},
-             "state_table": {"partition"}}
+             "state_table": {"partition"}, "controller": {"partition"}, "channels": {"partition"}}
 # the only modules that import both controller/ and broker/: the bridge, and the drivers that start
 # work in both (the router with its broker life-cycle handlers, and the clock)
 BRIDGES = {"channels", "timers", "cluster", "lifecycle"}

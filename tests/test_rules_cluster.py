@@ -499,3 +499,32 @@ def test_next_due_is_the_earliest_over_every_partition():
         cl.apply(validate(raw)[0])
     assert [cl.partition_due(cl.partitions[("t", k)]) for k in (0, 1)] == [30300, 30200]
     assert cl.next_due() == 30200
+
+
+# ---------------------------------------------------------------- touched partitions
+def test_a_partition_is_touched_once_a_generation_however_many_rows_reach_it():
+    """Cluster.touch / take_touched: the keys of every partition a row reached since the last take,
+    each once; a partition added in an earlier generation (its touched_in mark is old) is added
+    again when a row reaches it after the take; timers fired by finish() touch too."""
+    s = S().up(1, 2, 3)
+    s.create([1, 2, 3])
+    s.add(type="CreatePartition", topic="u", partition=0, replicas=[2, 3, 1])
+    for _ in range(5):
+        s.fetch(2, fetch_offset=0)
+    cl = Cluster(EngineConfig({}))
+
+    def apply(ev):
+        ev, err = validate(ev)
+        assert err is None, err
+        cl.apply(ev)
+
+    for ev in s.events[:-5]:
+        apply(ev)
+    assert cl.take_touched() == {("t", 0), ("u", 0)}
+    assert cl.take_touched() == set() and cl.touched == set()
+    for ev in s.events[-5:]:
+        apply(ev)
+    assert cl.touched == {("t", 0)} and cl.partitions[("t", 0)].touched_in == cl.touch_gen
+    assert cl.take_touched() == {("t", 0)}
+    cl.finish(s.ts + 10**7)             # every partition's timers fire: both get a row again
+    assert cl.take_touched() == {("t", 0), ("u", 0)}

@@ -60,7 +60,7 @@ def fetch_request(p: Partition, ev: dict, frep: Replica | None, br: Broker):
     return target, off, lfe, cle, bepoch
 
 
-def drift(p, ev, frep, m_target, m_off, m_lfe, m_cle, m_be) -> None:
+def drift(p: Partition, ev, frep, m_target, m_off, m_lfe, m_cle, m_be) -> None:
     """A recorded fetch whose columns differ from the model: report, and trust the row."""
     found = []
     if ev["fetch_offset"] is not None and ev["fetch_offset"] != m_off:
@@ -111,7 +111,7 @@ def apply_records(flog: ReplicaLog, llog: ReplicaLog, off: int, leader_leo: int,
     flog.hwm = resp_hw if resp_hw < flog.leo else flog.leo
 
 
-def out_of_range(p, row, frep, llog) -> None:
+def out_of_range(p: Partition, row, frep, llog) -> None:
     """C7: the follower truncates to the leader's LEO when it is ahead."""
     if frep is not None and llog.leo < frep.log.leo:
         frep.log.truncate_to(llog.leo)
@@ -120,7 +120,7 @@ def out_of_range(p, row, frep, llog) -> None:
     emit_fetch(p, row, "OFFSET_OUT_OF_RANGE", frep)
 
 
-def truncate_on_divergence(p, frep: Replica, e: int, o: int, row: dict) -> None:
+def truncate_on_divergence(p: Partition, frep: Replica, e: int, o: int, row: dict) -> None:
     """C6 AbstractFetcherThread#getOffsetTruncationState."""
     log = frep.log
     fe, fo = log.end_offset_for(e)

@@ -55,7 +55,7 @@ def check_leader_epoch(rep: Replica, cle) -> str | None:
 
 
 # ---------------------------------------------------------------- becoming and leaving leader
-def make_leader(p, rep: Replica, le: int, pe: int, replicas, isr) -> None:
+def make_leader(p: Partition, rep: Replica, le: int, pe: int, replicas, isr) -> None:
     """B11 Partition.makeLeader."""
     was_leader = rep.role == LEADER
     # a new leader epoch resets the leader state; so does leading with no leader state at all
@@ -93,7 +93,7 @@ def make_leader(p, rep: Replica, le: int, pe: int, replicas, isr) -> None:
     maybe_increment_hw(p, rep, "BecomeLeader")
 
 
-def resign(p, rep: Replica, result: str = "NOT_LEADER_OR_FOLLOWER") -> None:
+def resign(p: Partition, rep: Replica, result: str = "NOT_LEADER_OR_FOLLOWER") -> None:
     """Leadership lost: parked acks=all produces fail (DelayedProduce: NOT_LEADER_OR_FOLLOWER;
     a crashed leader never answers: NETWORK_EXCEPTION at the client)."""
     for pr in rep.purgatory:
@@ -182,7 +182,7 @@ def expire_produces(p: Partition, rep: Replica, t: int) -> None:
 
 
 # ---------------------------------------------------------------- ISR changes (B1, B7-B10)
-def propose(p, rep: Replica, change: str, proposed: tuple) -> None:
+def propose(p: Partition, rep: Replica, change: str, proposed: tuple) -> None:
     """B9: submit AlterPartition; the maximal ISR follows from the pending state (B1). While this
     broker's process still waits for the answer to an earlier request for the partition (a
     metadata update reset the leader's pending state meanwhile), AlterPartitionManager#submit
@@ -198,7 +198,7 @@ def propose(p, rep: Replica, change: str, proposed: tuple) -> None:
     send_alter_partition(p, rep)
 
 
-def _submit_in_flight(p, b: int) -> bool:
+def _submit_in_flight(p: Partition, b: int) -> bool:
     """B9: broker b's AlterPartitionManager holds an item for the partition: a request of b's current
     process (its broker epoch) that the controller has not answered, or whose answer b has not
     handled yet (the manager removes the item when it handles the answer). A restarted broker's
@@ -211,7 +211,7 @@ def _submit_in_flight(p, b: int) -> bool:
         m.leader == b and m.broker_epoch == epoch for m in p.ap_responses)
 
 
-def _emit_proposal(p, rep: Replica, change: str, proposed, maximal, phase: str, error) -> None:
+def _emit_proposal(p: Partition, rep: Replica, change: str, proposed, maximal, phase: str, error) -> None:
     """The leader's `alter_partition` row for a proposal: sent (PROPOSED) or refused by its own
     AlterPartitionManager (ROLLED_BACK)."""
     p.emit("alter_partition", {"leader": rep.broker, "leader_epoch": rep.leader_epoch,
@@ -220,7 +220,7 @@ def _emit_proposal(p, rep: Replica, change: str, proposed, maximal, phase: str, 
                                "phase": phase, "error": error})
 
 
-def send_alter_partition(p, rep: Replica) -> None:
+def send_alter_partition(p: Partition, rep: Replica) -> None:
     """(Re)send the pending proposal through the AlterPartition channel."""
     st = rep.isr_state
     brokers = p.cl.brokers
@@ -268,7 +268,7 @@ def maybe_shrink(p: Partition, rep: Replica) -> None:
         propose(p, rep, "SHRINK", leader_isr_order(r for r in st.isr if r not in out))
 
 
-def shrink_due(p, rep: Replica, lo: int) -> int | None:
+def shrink_due(p: Partition, rep: Replica, lo: int) -> int | None:
     """Earliest time >= lo at which maybe_shrink would act (state unchanged meanwhile)."""
     st = rep.isr_state
     if st.is_pending:
@@ -290,7 +290,7 @@ def shrink_due(p, rep: Replica, lo: int) -> int | None:
     return best
 
 
-def on_alter_partition_response(p, resp) -> None:
+def on_alter_partition_response(p: Partition, resp) -> None:
     """B10 Partition#handleAlterPartitionUpdate / handleAlterPartitionError."""
     b = resp.leader
     rep = p.reps.get(b)
@@ -329,7 +329,7 @@ def on_alter_partition_response(p, resp) -> None:
         send_alter_partition(p, rep)
 
 
-def resubmit(p) -> None:
+def resubmit(p: Partition) -> None:
     """The deferred retry of an AlterPartition (immediate delivery), at the partition's next event."""
     b, pid = p.retry
     p.retry = None
@@ -444,7 +444,7 @@ def update_follower_state(p: Partition, fs: FollowerState, off: int, leader_leo:
     return leo_changed
 
 
-def client_leader(p, b, cle):
+def client_leader(p: Partition, b, cle):
     """A client request (ListOffsets, consumer fetch) at broker b: (replica, error or None)."""
     br = p.cl.brokers.get(b)
     if br is None or not br.alive:
@@ -460,7 +460,7 @@ def client_leader(p, b, cle):
     return rep, None
 
 
-def list_offsets(p, ev: dict) -> None:
+def list_offsets(p: Partition, ev: dict) -> None:
     """B14 Partition#fetchOffsetForTimestamp (client request: leader required)."""
     b = ev["broker"]
     spec = ev["offset_spec"]

@@ -4,13 +4,18 @@ from the assignment -- stops and deletes its log.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..messages import RegistrationSnapshot
 from ..replica import Replica
 from .follower import make_follower
 from .leader import make_leader, resign
 
+if TYPE_CHECKING:
+    from ..partition import Partition
 
-def apply_metadata(p, b: int, snap: RegistrationSnapshot, md_seq: int) -> None:
+
+def apply_metadata(p: Partition, b: int, snap: RegistrationSnapshot, md_seq: int) -> None:
     leader, le, pe, replicas, isr, adding, removing, lrs = snap
     rep = p.reps.get(b)
     if b not in replicas:

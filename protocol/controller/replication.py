@@ -6,9 +6,14 @@ through `p.channels`).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..messages import (EMPTY, NO_BROKER_EPOCH, NO_CHANGE, RECOVERED, RECOVERING, AlterPartitionRequest,
                         AlterPartitionResponse, LeaderAndIsr, RegistrationSnapshot, listed)
 from .change_builder import PartitionChangeBuilder
+
+if TYPE_CHECKING:
+    from ..partition import Partition
 
 UNCLEAN_KINDS = frozenset({"UNCLEAN", "LAST_KNOWN_ELR", "DESIGNATED"})
 
@@ -27,20 +32,20 @@ def acceptable_fn(brokers, removed=(), unfenced=()):
     return acc
 
 
-def snapshot(p) -> RegistrationSnapshot:
+def snapshot(p: Partition) -> RegistrationSnapshot:
     """The registration as the metadata record the brokers apply."""
     return RegistrationSnapshot(p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr),
                                 tuple(p.adding), tuple(p.removing), p.lrs)
 
 
-def build(p, **targets):
+def build(p: Partition, **targets):
     """PartitionChangeBuilder.build() over p's registration -> (record, ElectionInfo) or (None, None)."""
     if targets.get("acc") is None:
         targets["acc"] = acceptable_fn(p.cl.brokers)
     return PartitionChangeBuilder(p, p.cl.config, longest_log=p.longest_log, **targets).build()
 
 
-def change(p, cause: str, reason: str, **targets) -> bool:
+def change(p: Partition, cause: str, reason: str, **targets) -> bool:
     """Build a change with these targets and commit it if there is one."""
     rec, info = build(p, **targets)
     if rec is None:
@@ -52,7 +57,7 @@ def change(p, cause: str, reason: str, **targets) -> bool:
 _LIST_FIELDS = ("isr", "elr", "lke", "replicas", "adding", "removing")
 
 
-def commit(p, rec: dict, info, cause: str, reason: str) -> None:
+def commit(p: Partition, rec: dict, info, cause: str, reason: str) -> None:
     """Merge a PartitionChangeRecord (A3, PartitionRegistration#merge), log it, publish it."""
     old_leader = p.leader
     p.partition_epoch += 1
@@ -74,7 +79,7 @@ def commit(p, rec: dict, info, cause: str, reason: str) -> None:
     p.channels.publish(p)
 
 
-def registered(p, cause: str) -> None:
+def registered(p: Partition, cause: str) -> None:
     """A registration was written: reindex the hosts and log it (metadata_log)."""
     p.cl.reindex(p)
     p.emit("metadata_log", {
@@ -84,7 +89,7 @@ def registered(p, cause: str) -> None:
         "leader_recovery_state": p.lrs, "cause": cause})
 
 
-def register_new(p, cause: str, *, replicas, isr, leader, leader_epoch=0, partition_epoch=0, elr=(), lke=(),
+def register_new(p: Partition, cause: str, *, replicas, isr, leader, leader_epoch=0, partition_epoch=0, elr=(), lke=(),
                  lrs=RECOVERED) -> None:
     """A registration written whole (CreatePartition A2, a recorded PartitionRecord): no builder."""
     p.replicas, p.isr, p.leader = list(replicas), list(isr), leader
@@ -96,7 +101,7 @@ def register_new(p, cause: str, *, replicas, isr, leader, leader_epoch=0, partit
     p.channels.publish(p)
 
 
-def clear_elr(p, reason: str) -> bool:
+def clear_elr(p: Partition, reason: str) -> bool:
     """ClearElrRecord replay (ReplicationControlManager#replay(ClearElrRecord) ->
     #replayClearTopicElrs -> #removeTopicElrs, Kafka 4.4.0): a partition whose ELR or
     lastKnownElr is non-empty is merged with PartitionChangeRecord{eligibleLeaderReplicas: [],
@@ -110,7 +115,7 @@ def clear_elr(p, reason: str) -> bool:
 
 
 # ---------------------------------------------------------------- broker life cycle (A14-A17)
-def leave_isr(p, b: int, cause: str, reason: str, unclean_shutdown: bool = False) -> bool:
+def leave_isr(p: Partition, b: int, cause: str, reason: str, unclean_shutdown: bool = False) -> bool:
     """Broker b leaves the ISR and the partition re-elects without it: A14 fenced, A16 controlled
     shutdown, A17 restarted after an unclean shutdown (which also keeps b out of the ELR)."""
     return change(p, cause, reason, target_isr=[r for r in p.isr if r != b],
@@ -118,24 +123,24 @@ def leave_isr(p, b: int, cause: str, reason: str, unclean_shutdown: bool = False
                   acc=acceptable_fn(p.cl.brokers, removed={b}))
 
 
-def on_broker_unfenced(p, b: int) -> bool:
+def on_broker_unfenced(p: Partition, b: int) -> bool:
     """A15: a leaderless partition tries an election with b acceptable."""
     return change(p, "BrokerUnfence", f"broker {b} unfenced", **_unfence_targets(p, b))
 
 
-def elects_on_unfence(p, b: int) -> bool:
+def elects_on_unfence(p: Partition, b: int) -> bool:
     """Whether on_broker_unfenced(p, b) would write a record: the builder's dry run (it writes
     nothing), so a leaderless partition that b's unfencing cannot change is not visited."""
     return build(p, **_unfence_targets(p, b))[0] is not None
 
 
-def _unfence_targets(p, b: int) -> dict:
+def _unfence_targets(p: Partition, b: int) -> dict:
     """RCM#generateLeaderAndIsrUpdates for an unfencing: the topic's election type, b acceptable."""
     return {"election": p.conf.election, "acc": acceptable_fn(p.cl.brokers, unfenced={b})}
 
 
 # ---------------------------------------------------------------- AlterPartition (A19, A20)
-def handle_alter_partition(p, req: AlterPartitionRequest) -> AlterPartitionResponse:
+def handle_alter_partition(p: Partition, req: AlterPartitionRequest) -> AlterPartitionResponse:
     """ReplicationControlManager#alterPartition for one partition: validate, then build and commit."""
     err = validate_alter_partition(p, req)
     ids = [m.broker for m in req.new_isr]
@@ -160,7 +165,7 @@ def handle_alter_partition(p, req: AlterPartitionRequest) -> AlterPartitionRespo
                                   req.broker_epoch)
 
 
-def validate_alter_partition(p, req: AlterPartitionRequest) -> str | None:
+def validate_alter_partition(p: Partition, req: AlterPartitionRequest) -> str | None:
     """A19: the checks in Kafka's order; the first failing one is the answer."""
     brokers = p.cl.brokers
     b, le, pe, lrs = req.leader, req.leader_epoch, req.partition_epoch, req.lrs
