@@ -408,3 +408,26 @@ def test_partition_state_key_order_is_sorted_keys():
     keys = {(rnd.choice(topics), rnd.choice((0, 1, 2, 255, 256, 257, 70_000, 2**31 - 1))) for _ in range(300)}
     for given in (keys, sorted(keys, reverse=True), rnd.sample(sorted(keys), len(keys)), []):
         assert _key_order(given) == sorted(keys if given else [])
+
+
+def test_arrow_buffers_come_from_the_system_allocator_unless_the_user_chose_one():
+    """jobs/__init__: an isrflow process allocates Arrow's buffers with the C library's allocator
+    (pyarrow's default mimalloc handed freed pages back and faulted them in, zeroed, every batch),
+    whether pyarrow was imported before jobs (a Spark worker) or after; a pool the user named in
+    ARROW_DEFAULT_MEMORY_POOL wins."""
+    import os
+    import subprocess
+    import sys
+
+    def backend(code: str, **env) -> str:
+        e = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+        e.update(env)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e,
+                              check=True).stdout.strip()
+
+    after = "import jobs, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    before = "import pyarrow as pa; pa.array([1]); import jobs; print(pa.default_memory_pool().backend_name)"
+    assert backend(after) == "system"
+    assert backend(before) == "system"
+    assert backend(after, ARROW_DEFAULT_MEMORY_POOL="mimalloc") == "mimalloc"
+    assert backend(before, ARROW_DEFAULT_MEMORY_POOL="jemalloc") == "jemalloc"
