@@ -197,10 +197,9 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
             if got is not None:
                 done, i = got, end
                 continue
-        stop = runs[-1][0] if runs else n
-        if done + 1 >= young.at:
-            young.collect(done + 1)
         if evs[i] is None:
+            if done + 1 >= young.at:    # (_apply checks before each run of events)
+                young.collect(done + 1)
             if items[i][0] == REJECTED:
                 pre_rejected.append(items[i][1])
             else:                   # other buckets' creations: their topics' replication factors
@@ -210,7 +209,7 @@ def _feed_chunk(cl, items: list, young, done: int, pre_rejected: list, need_raw:
             done += 1
             i += 1
             continue
-        i, done = _apply(cl, evs, i, stop, young, done, items, None, need_raw, False)
+        i, done = _apply(cl, evs, i, runs[-1][0] if runs else n, young, done, items, None, need_raw, False)
     return done
 
 
