@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,12 +80,33 @@ def test_the_key_follows_what_the_archive_depends_on(tmp_path):
     assert ja.archive_key(base) != k                                            # a JAR resolved anew
 
 
+def _setup_archive(into: Path) -> Path | None:
+    """A copy in `into` of the archive `./dev setup` built for today's settings in this checkout's
+    cache (`./dev test` runs that setup first), or None when there is none in place."""
+    from jobs.spark_session import spark_conf
+    if os.environ.get(ja.ENV) == "0":
+        return None
+    conf = spark_conf()
+    jsa = ja.usable_archive(conf)
+    if jsa is None:
+        return None
+    assert not list(jsa.parent.glob(".spark-*"))            # its build left no temporary file
+    copy, meta = ja._paths(into, ja.archive_key(conf))
+    shutil.copyfile(jsa.with_suffix(".json"), meta)
+    shutil.copyfile(jsa, copy)
+    return copy
+
+
 def test_build_then_a_session_maps_it(tmp_path, monkeypatch):
     """The whole path: a training replay writes the archive, a checking JVM loads classes from it,
-    and a later Spark session (another process) starts on it; cut short, it is not used."""
+    and a later Spark session (another process) starts on it; cut short, it is not used. The build
+    is the setup's when `./dev test` made one a moment ago (a second training run would add ~50 s
+    to the suite and check the same code); without it, this test builds one itself."""
+    jsa = _setup_archive(tmp_path)
     monkeypatch.setenv(ja.ENV, str(tmp_path))
     msgs = []
-    jsa = ja.build(force=True, log=msgs.append)
+    if jsa is None:
+        jsa = ja.build(force=True, log=msgs.append)
     assert jsa is not None, "\n".join(msgs)
     meta = json.loads(jsa.with_suffix(".json").read_text())
     assert meta["size"] == jsa.stat().st_size > 50 * 2**20
