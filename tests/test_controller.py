@@ -282,3 +282,18 @@ def test_broker_epoch_going_backwards_is_rejected():
     seq = s.add(type="BrokerRegister", broker=1, broker_epoch=50, previous_broker_epoch=-1)
     out = run_events(s.events)
     assert "epoch going backwards" in last(out, "rejected", seq=seq)["reason"]
+
+
+def test_a_registration_at_the_same_epoch_is_rejected_even_at_epoch_zero():
+    """"Not above" includes equal, and epoch 0 is a broker epoch like any other (the schema allows
+    it): a second BrokerRegister of broker 1 at epoch 0 is the same incarnation registering again,
+    a row out of its place, not a new process (no admin answer, no session change)."""
+    s = S()
+    s.register(1, epoch=0)
+    s.unfence(1)
+    s.fence(1)
+    seq = s.register(1, epoch=0)
+    out = run_events(s.events)
+    assert last(out, "rejected", seq=seq)["reason"].endswith(
+        "broker_epoch 0 is not above broker 1's current epoch 0 (epoch going backwards)")
+    assert not rows(out, "admin", seq=seq)

@@ -210,6 +210,25 @@ def test_hwm_monotonic_on_leader_hwm_over_a_changed_committed_offset():
     assert inv.committed_end == 12
 
 
+def test_hwm_monotonic_makes_the_event_s_end_compare_the_leader_s_log():
+    """The HWM that fell is a log that changed under the committed records: the same event's end
+    checks (after_event, run only when something set them due) compare the leader's log with the
+    others', and a follower still holding the old committed records below both HWMs is a
+    LogMatching violation of that event, not of some later one (as is the follower now shorter
+    than the new true HWM: LeaderCandidateCompleteness)."""
+    old = mklog([(0, 0, 1)], 10, 10)
+    p = P(replicas=(1, 2), isr=(1, 2), alive=(1, 2), logs={1: old, 2: mklog([(0, 0, 1)], 10, 10)}, min_isr=1)
+    inv = Invariants()
+    inv.on_leader_hwm(p, p.reps[1], 10)
+    inv.after_event(p)
+    assert p.names() == []
+    p.reps[1].log = mklog([(0, 0, 1), (6, 1, 2)], 12, 12)
+    inv.on_leader_hwm(p, p.reps[1], 12)
+    inv.after_event(p)
+    assert p.names() == ["HighWatermarkMonotonic", "LeaderCandidateCompleteness", "LogMatching"]
+    assert "differ at offset 6" in p.out[2]["detail"]
+
+
 def test_hwm_monotonic_silent_when_the_change_is_above_the_true_hwm():
     p = P(logs={1: mklog([(0, 0, 1)], 10, 10)}, min_isr=1)
     inv = Invariants()
