@@ -378,3 +378,21 @@ def test_only_lists_of_plain_ids_are_checked_column_wise():
     assert not _plain_list(_Spec(Annotated[list[BrokerId], UNIQUE]))   # repeats are a rejection there
     assert not _plain_list(_Spec(list[str]))
     assert not _plain_list(_Spec(list[Annotated[int, E.BeforeValidator(int)]]))
+
+
+def test_the_event_makers_are_kept_per_layout_and_bounded(monkeypatch):
+    """plain_event_maker generates one function per column layout and keeps it: a stream's files
+    with a few layouts reuse theirs, file after file; a stream with more than 256 layouts (files
+    written by many tools) drops the kept ones rather than growing without bound."""
+    monkeypatch.setattr(E, "_MAKERS", {})
+    a = E.plain_event_maker(("seq", "type", "ts_ms"))
+    b = E.plain_event_maker(("type", "seq", "ts_ms"))
+    assert a is not b
+    assert E.plain_event_maker(("seq", "type", "ts_ms")) is a and E.plain_event_maker(("type", "seq", "ts_ms")) is b
+    assert a(7, "Fetch", 9) == {**E._PAD, "seq": 7, "type": "Fetch", "ts_ms": 9}
+    assert E.plain_event_maker(("seq", "seq")) is None and E.plain_event_maker(("seq", "nope")) is None
+    cols = [c for c in E.EVENT_COLUMNS if c not in ("seq", "type")]
+    for i in range(300):
+        E.plain_event_maker(("seq", "type", cols[i % len(cols)], cols[(i // len(cols) + 1 + i) % len(cols)]))
+        assert len(E._MAKERS) <= 256
+    assert len(E._MAKERS) > 1
