@@ -36,15 +36,42 @@ def _slow(monkeypatch):
     monkeypatch.setattr(fetch_mod, "steady_request", lambda *a: None)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_steady_fetch_changes_no_row(seed, monkeypatch):
-    cfg = CONFIGS[seed % len(CONFIGS)]
-    evs = random_schedule(seed, 400, explicit_ap=seed % 3 == 1, explicit_md=seed % 3 == 2)
-    fast = _tables(run_events(evs, cfg))
-    with monkeypatch.context() as m:
+def _both_ways(evs, cfg=None, spy=None):
+    """The tables of `evs` with the fast path switched off, after checking that it on (wrapped by
+    `spy`, when given: spy(real steady_request) -> its stand-in) gives the same tables."""
+    with pytest.MonkeyPatch.context() as m:
+        if spy is not None:
+            m.setattr(fetch_mod, "steady_request", spy(fetch_mod.steady_request))
+        fast = _tables(run_events(evs, cfg))
+    with pytest.MonkeyPatch.context() as m:
         _slow(m)
         slow = _tables(run_events(evs, cfg))
     assert fast == slow
+    return slow
+
+
+def _taken_by_kind(kind):
+    """({kind: [fetches, taken by the fast path]}, a spy for _both_ways) over the fetches whose
+    follower replica exists; kind(frep) names the class of a fetch, None leaves it out."""
+    seen: dict = {}
+
+    def spy(real):
+        def counting(p, ev, b, frep, brokers):
+            lrep = real(p, ev, b, frep, brokers)
+            k = kind(frep) if frep is not None else None
+            if k is not None:
+                n = seen.setdefault(k, [0, 0])
+                n[0] += 1
+                n[1] += lrep is not None
+            return lrep
+        return counting
+    return seen, spy
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_steady_fetch_changes_no_row(seed):
+    cfg = CONFIGS[seed % len(CONFIGS)]
+    _both_ways(random_schedule(seed, 400, explicit_ap=seed % 3 == 1, explicit_md=seed % 3 == 2), cfg)
 
 
 def _simulated(tmp_path, **kw):
@@ -55,13 +82,8 @@ def _simulated(tmp_path, **kw):
 @pytest.mark.parametrize("kw", [dict(brokers=3, partitions=20, rf=3),
                                 dict(brokers=3, partitions=5, rf=3,
                                      faults="isolate:2@3s+6s,unclean-crash:1:lose=50%:frac=1@8s+5s")])
-def test_steady_fetch_on_simulated_streams(tmp_path, monkeypatch, kw):
-    evs = _simulated(tmp_path, **kw)
-    fast = _tables(run_events(evs))
-    with monkeypatch.context() as m:
-        _slow(m)
-        slow = _tables(run_events(evs))
-    assert fast == slow
+def test_steady_fetch_on_simulated_streams(tmp_path, kw):
+    _both_ways(_simulated(tmp_path, **kw))
 
 
 def test_steady_fetch_never_serves_past_a_leader_that_lost_its_tail():
@@ -85,11 +107,7 @@ def test_steady_fetch_never_serves_past_a_leader_that_lost_its_tail():
     s.sync(1, up_to=created)                  # broker 1 sees itself leading epoch 0 again
     s.at(20_010).fetch(2)                     # broker 2 still follows 1 in epoch 0, LEO 5
     cfg = {"delivery.metadata": "explicit"}
-    fast = _tables(run_events(s.events, cfg))
-    with pytest.MonkeyPatch.context() as m:
-        _slow(m)
-        slow = _tables(run_events(s.events, cfg))
-    assert fast == slow
+    slow = _both_ways(s.events, cfg)
     last = [r for r in slow["fetch"] if r["broker"] == 2][-1]
     assert (last["result"], last["diverging_epoch"], last["diverging_end_offset"], last["truncated_to"]) == \
         ("DIVERGING_EPOCH", 0, 2, 2)
@@ -117,11 +135,7 @@ def test_steady_fetch_compares_the_latest_epochs_not_the_first():
     f = s.fetch(3)
     cfg = {"unclean.leader.election.enable": "true", "eligible.leader.replicas.enable": "false",
            "min.insync.replicas": "1"}
-    fast = _tables(run_events(s.events, cfg))
-    with pytest.MonkeyPatch.context() as m:
-        _slow(m)
-        slow = _tables(run_events(s.events, cfg))
-    assert fast == slow
+    slow = _both_ways(s.events, cfg)
     row = [r for r in slow["fetch"] if r["seq"] == f][-1]
     assert (row["result"], row["diverging_epoch"], row["truncated_to"]) == ("DIVERGING_EPOCH", 0, 2)
 
@@ -143,11 +157,7 @@ def test_steady_fetch_compares_the_leaders_latest_epoch_not_its_first():
     s.at(20).fence(1)                            # leader 3, epoch 1, log [0, 2)
     s.at(30).produce(3, 5, acks=1)               # 3: [2, 7) in epoch 1
     f = s.fetch(2)
-    fast = _tables(run_events(s.events))
-    with pytest.MonkeyPatch.context() as m:
-        _slow(m)
-        slow = _tables(run_events(s.events))
-    assert fast == slow
+    slow = _both_ways(s.events)
     row = [r for r in slow["fetch"] if r["seq"] == f][-1]
     assert (row["result"], row["target"], row["diverging_epoch"], row["diverging_end_offset"],
             row["truncated_to"]) == ("DIVERGING_EPOCH", 3, 0, 2, 2)
@@ -159,23 +169,11 @@ def test_steady_fetch_takes_followers_with_empty_logs(tmp_path):
     takes them (last fetched epoch -1, nothing for C3 to check), with the same tables."""
     simulate(str(tmp_path / "s"), brokers=6, partitions=300, rf=3, duration_ms=300, seed=5)
     evs = [raw for raw, _, err in iter_raw_rows(str(tmp_path / "s")) if err is None]
-    taken = []
-    real = fetch_mod.steady_request
-
-    def counting(p, ev, b, frep, brokers):
-        lrep = real(p, ev, b, frep, brokers)
-        if lrep is not None and not frep.log.cache:
-            taken.append(b)
-        return lrep
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(fetch_mod, "steady_request", counting)
-        fast = _tables(run_events(evs))
-    with pytest.MonkeyPatch.context() as m:
-        _slow(m)
-        slow = _tables(run_events(evs))
-    assert fast == slow
+    seen, spy = _taken_by_kind(lambda frep: "empty" if not frep.log.cache else None)
+    _both_ways(evs, spy=spy)
+    taken = seen["empty"][1]
     fetches = sum(1 for e in evs if e["type"] == "Fetch")
-    assert len(taken) > fetches // 2, (len(taken), fetches)
+    assert taken > fetches // 2, (taken, fetches)
 
 
 def test_steady_fetch_takes_followers_whose_logs_hold_epochs(tmp_path):
@@ -183,23 +181,12 @@ def test_steady_fetch_takes_followers_whose_logs_hold_epochs(tmp_path):
     on the leader's latest epoch, its log holding that one epoch or several after leader changes
     (the test compares the latest epochs, not the first, and only when the follower has any).
     On a faulted stream (an isolation and an unclean crash) most such fetches, and some of
-    followers with several epochs, are taken -- the tables stay the same
-    (test_steady_fetch_on_simulated_streams)."""
+    followers with several epochs, are taken, with the same tables."""
     evs = _simulated(tmp_path, brokers=3, partitions=5, rf=3,
                      faults="isolate:2@3s+6s,unclean-crash:1:lose=50%:frac=1@8s+5s")
-    seen = {False: [0, 0], True: [0, 0]}      # several epochs? -> [fetches, taken]
-    real = fetch_mod.steady_request
-
-    def counting(p, ev, b, frep, brokers):
-        lrep = real(p, ev, b, frep, brokers)
-        if frep is not None and frep.log.cache:
-            n = seen[len(frep.log.cache) > 1]
-            n[0] += 1
-            n[1] += lrep is not None
-        return lrep
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(fetch_mod, "steady_request", counting)
-        run_events(evs)
+    # several epochs? -> [fetches, taken]
+    seen, spy = _taken_by_kind(lambda frep: len(frep.log.cache) > 1 if frep.log.cache else None)
+    _both_ways(evs, spy=spy)
     (one, one_taken), (several, several_taken) = seen[False], seen[True]
     assert one_taken > 0.8 * one, seen
     assert several > 20 and several_taken > 0.8 * several, seen

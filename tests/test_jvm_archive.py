@@ -84,8 +84,6 @@ def _setup_archive(into: Path) -> Path | None:
     """A copy in `into` of the archive `./dev setup` built for today's settings in this checkout's
     cache (`./dev test` runs that setup first), or None when there is none in place."""
     from jobs.spark_session import spark_conf
-    if os.environ.get(ja.ENV) == "0":
-        return None
     conf = spark_conf()
     jsa = ja.usable_archive(conf)
     if jsa is None:
